@@ -1,0 +1,92 @@
+"""Step records: one per environment turn, the unit every credit module consumes.
+
+The JSONL schema written by ``save_rollouts: true`` and read by ``agentrl credit compare``
+is ``StepRecord.to_dict()``: one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class StepRecord:
+    """One turn of one rollout."""
+
+    group_id: str
+    """Rollouts with the same group_id start from the same task seed (GRPO's prompt group)."""
+    traj_id: str
+    """Unique id of the rollout (episode) within the batch."""
+    t: int
+    """Step index from 0 inside the trajectory."""
+    obs: str
+    """Observation the action was taken in (the env text, not the whole prompt)."""
+    action: str
+    """Executed action text (the parsed <action> body; the raw response when malformed)."""
+    reward: float
+    """Env reward received for this step."""
+    done: bool
+    """True on the last step of the trajectory (terminated or truncated)."""
+    action_token_ids: list[int] | None = None
+    """Token ids of the model's response for this step (PACE's first-N action key)."""
+    fingerprint: list[float] | None = None
+    """State fingerprint, e.g. the actor's hidden state at the last prompt token (BiGPO)."""
+    state_sig: str | None = None
+    """Env-provided state signature (RTMC)."""
+    action_sig: str | None = None
+    """Env-provided action signature (RTMC)."""
+    history: list[tuple[str, str]] | None = None
+    """Earlier (obs, action) pairs; credit derives it from the trajectory when None."""
+    task_family: str | None = None
+    """Task family for per-family metrics (ALFWorld's pick/clean/..., TextCraft depth)."""
+    won: bool = False
+    """Episode success flag, set on every step of a won trajectory."""
+    valid: bool = True
+    """Whether the response held a well-formed action the env accepted."""
+    truncated: bool = False
+    """True on the last step when the episode ended by step limit, context length or env error."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Free-form extras (kept small: it is serialized to JSONL)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: v for k, v in d.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepRecord:
+        known = {f for f in cls.__dataclass_fields__}
+        missing = [k for k in ("group_id", "traj_id", "t", "obs", "action", "reward", "done") if k not in d]
+        if missing:
+            raise ValueError(f"step record lacks required field(s) {missing}: {str(d)[:120]}")
+        extra = {k: v for k, v in d.items() if k not in known}
+        kw = {k: v for k, v in d.items() if k in known}
+        if extra:
+            kw.setdefault("info", {}).update(extra)
+        if kw.get("history") is not None:
+            kw["history"] = [tuple(p) for p in kw["history"]]
+        return cls(**kw)
+
+
+def write_jsonl(records: Iterable[StepRecord | dict], path: str | Path, append: bool = False) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w") as f:
+        for r in records:
+            f.write(json.dumps(r.to_dict() if isinstance(r, StepRecord) else r) + "\n")
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Yield record dicts; a malformed line raises ValueError naming the line number."""
+    with Path(path).open() as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not a JSON object ({e.msg})") from None
