@@ -1,0 +1,340 @@
+"""``AgentRLConfig``: GRPOConfig + the multi-turn agent fields, and recipe loading/validation.
+
+A recipe is a YAML mapping of config keys (TrlParser format: any GRPOConfig/TrainingArguments
+key, the fields below, and an optional ``env:`` mapping of environment variables). CLI
+``--key value`` overrides win over the recipe. ``load_recipe`` validates everything up front and
+raises ``RecipeError`` (one line, naming the valid choices) on bad input.
+
+Batch vocabulary (TRL's, reused): a *task* is one dataset row (seed + reset options); TRL's
+sampler repeats it ``num_generations`` times (= one group of G rollouts from the same initial
+state). ``per_device_train_batch_size * steps_per_generation`` rollouts per rank per iteration
+(TRL's generation batch). Training *rows* come out of the rollouts (window: one per step,
+trajectory: one per episode) and their number varies: see ``max_rows_per_rank``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import warnings
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from trl import GRPOConfig
+
+from agentrl.rollout.episodes import CONTEXT_MODES
+
+
+class RecipeError(ValueError):
+    """A user error in a recipe or CLI override: printed as one line, exit code 2."""
+
+
+@dataclass
+class AgentRLConfig(GRPOConfig):
+    """GRPOConfig plus the environment, rollout, credit and model fields of agentrl.
+
+    Defaults that differ from GRPOConfig: ``bf16`` is off when no CUDA device is visible,
+    ``remove_unused_columns`` is False (task columns must reach the rollout), ``report_to``
+    is ``wandb`` with ``WANDB_MODE=offline`` unless set, ``max_completion_length`` is 64 (one
+    action per turn).
+    """
+
+    # --- model -------------------------------------------------------------------------------
+    model_name_or_path: str = field(
+        default="smollm2",
+        metadata={"help": "Local model folder, an embedded name (smollm2) or a hub id (hub machines only)."},
+    )
+    use_peft: bool = field(default=False, metadata={"help": "Train a LoRA adapter instead of all weights."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank (use_peft)."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (use_peft)."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout (use_peft)."})
+    lora_target_modules: list[str] | None = field(
+        default=None,
+        metadata={"help": "Module names LoRA wraps; None = all linear layers of the decoder."},
+    )
+
+    # --- environment and tasks ---------------------------------------------------------------
+    env_id: str = field(default="agentrl/TextCraft-v0", metadata={"help": "Gymnasium id of the env (agentrl/*)."})
+    env_kwargs: dict | str | None = field(
+        default=None,
+        metadata={"help": "Keyword arguments for gymnasium.make (a mapping, or a JSON string on the CLI)."},
+    )
+    env_modules: list[str] | None = field(
+        default=None,
+        metadata={"help": "Extra modules imported before making the env (they register custom env ids)."},
+    )
+    task_split: str = field(default="train", metadata={"help": "Reset option 'split' of the training tasks."})
+    task_families: list[str] | None = field(
+        default=None, metadata={"help": "Reset option 'families' (None = all of the env's families)."}
+    )
+    task_options: dict | str | None = field(
+        default=None, metadata={"help": "Extra reset options merged into every task (mapping or JSON)."}
+    )
+    task_seed_start: int = field(default=0, metadata={"help": "First task seed of the training set."})
+    num_tasks: int = field(default=256, metadata={"help": "Number of training tasks (seeds start..start+n-1)."})
+
+    # --- rollout -----------------------------------------------------------------------------
+    context_mode: str = field(
+        default="window",
+        metadata={"help": "'window' (one row per step, last history_length steps in the prompt) or "
+                          "'trajectory' (one row per episode, env tokens masked)."},
+    )
+    history_length: int = field(default=2, metadata={"help": "(obs, action) pairs in a window prompt."})
+    max_turns: int | None = field(default=None, metadata={"help": "Step cap per episode (default: the env's limit)."})
+    max_prompt_tokens: int = field(
+        default=2048,
+        metadata={"help": "Prompt budget per turn: window shrinks history, then ends the episode truncated; "
+                          "trajectory ends the episode when the whole sequence outgrows it."},
+    )
+    prefill: str = field(default="<action>", metadata={"help": "Text put after the assistant header (App. J)."})
+    valid_action_reward: float = field(
+        default=0.0,
+        metadata={"help": "Shaping reward added to each step whose action the env accepted, so groups with "
+                          "0% success still have reward spread (FINDINGS: zero spread = zero advantage)."},
+    )
+    max_rows_per_rank: int | None = field(
+        default=None,
+        metadata={"help": "Cap on training rows per rank per iteration. Every rank trains on the same number "
+                          "of rows R = min(cap, max over ranks of its rows), rounded up to a multiple of "
+                          "steps_per_generation: ranks with fewer rows add masked filler rows (no gradient), "
+                          "ranks with more sample R rows uniformly (seeded). Equal R keeps ZeRO-3 forwards in step."},
+    )
+    save_rollouts: bool = field(
+        default=False,
+        metadata={"help": "Write each iteration's step records (with advantages) to output_dir/rollouts/iter_XXXXX.jsonl."},
+    )
+
+    # --- credit ------------------------------------------------------------------------------
+    credit: str = field(default="grpo", metadata={"help": "Credit module name (agentrl.credit)."})
+    credit_kwargs: dict | str | None = field(
+        default=None, metadata={"help": "Keyword arguments of the credit module (mapping or JSON)."}
+    )
+    gamma: float = field(default=0.95, metadata={"help": "Discount for returns-to-go in step-level credit."})
+    fingerprint_layer: int = field(
+        default=-8,
+        metadata={"help": "Decoder block whose output at the last prompt token is the state fingerprint "
+                          "(BiGPO; Python index into model.layers, -8 for Qwen2.5-7B, -12 for 1.5B). "
+                          "Only computed when the credit module needs fingerprints."},
+    )
+
+    # --- launch ------------------------------------------------------------------------------
+    accelerate_config: str | None = field(
+        default=None, metadata={"help": "accelerate config used by `agentrl launch` (ignored by train)."}
+    )
+
+    def __post_init__(self):
+        for name in ("env_kwargs", "credit_kwargs", "task_options"):
+            v = getattr(self, name)
+            if isinstance(v, str):
+                try:
+                    v = json.loads(v) if v.strip() else {}
+                except json.JSONDecodeError as e:
+                    raise RecipeError(f"{name} must be a mapping or a JSON object string ({e.msg})") from None
+            if v is None:
+                v = {}
+            if not isinstance(v, dict):
+                raise RecipeError(f"{name} must be a mapping, got {type(v).__name__}")
+            setattr(self, name, v)
+        if self.bf16 is None and not self.fp16:
+            try:
+                import torch
+
+                self.bf16 = bool(torch.cuda.is_available())
+            except Exception:
+                self.bf16 = False
+        if self.report_to is None:
+            self.report_to = ["wandb"]
+        if self.context_mode not in CONTEXT_MODES:
+            raise RecipeError(f"context_mode must be one of {list(CONTEXT_MODES)}, got {self.context_mode!r}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise RecipeError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.history_length < 0:
+            raise RecipeError(f"history_length must be >= 0, got {self.history_length}")
+        if self.num_tasks < 1:
+            raise RecipeError(f"num_tasks must be >= 1, got {self.num_tasks}")
+        if self.max_rows_per_rank is not None and self.max_rows_per_rank < 1:
+            raise RecipeError(f"max_rows_per_rank must be >= 1, got {self.max_rows_per_rank}")
+        super().__post_init__()
+        groups = self.generation_batch_size // max(self.num_generations or 1, 1)
+        if self.num_tasks < groups:
+            raise RecipeError(f"num_tasks ({self.num_tasks}) must be >= groups per iteration "
+                              f"(generation_batch_size {self.generation_batch_size} / num_generations "
+                              f"{self.num_generations} = {groups})")
+
+    def reset_options(self) -> dict[str, Any]:
+        """The reset options of every training task."""
+        opts = {"split": self.task_split} if self.task_split else {}
+        if self.task_families:
+            opts["families"] = list(self.task_families)
+        opts.update(self.task_options or {})
+        return opts
+
+
+# Defaults applied when a recipe does not set them (GRPOConfig's are for GPU LLM training).
+_AGENT_DEFAULTS = {"max_completion_length": 64, "remove_unused_columns": False, "report_to": None}
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def config_keys() -> set[str]:
+    return {f.name for f in fields(AgentRLConfig) if f.init}
+
+
+def _unknown_key_error(key: str, where: str) -> RecipeError:
+    close = difflib.get_close_matches(key, sorted(config_keys()), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; see AgentRLConfig in agentrl/config.py"
+    return RecipeError(f"unknown config key {key!r} in {where}{hint}")
+
+
+def _import_env_modules(modules) -> None:
+    import importlib
+
+    import envs  # noqa: F401  (registers agentrl/* ids)
+
+    for m in modules or []:
+        try:
+            importlib.import_module(m)
+        except ImportError as e:
+            raise RecipeError(f"env_modules: cannot import {m!r} ({e})") from None
+
+
+def validate_env(env_id: str, env_modules=None) -> None:
+    from gymnasium.envs.registration import registry
+
+    _import_env_modules(env_modules)
+    if env_id not in registry:
+        valid = sorted(k for k in registry if k.startswith("agentrl"))
+        raise RecipeError(f"unknown env_id {env_id!r}; valid: {', '.join(valid)}")
+
+
+def validate_tasks(cfg: "AgentRLConfig") -> None:
+    """Make the env and reset it on the first training task: bad env_kwargs or reset options
+    (split, families) fail here, once, instead of turning every episode into an env error."""
+    import gymnasium as gym
+
+    try:
+        env = gym.make(cfg.env_id, **(cfg.env_kwargs or {}))
+    except Exception as e:
+        raise RecipeError(f"env_kwargs {cfg.env_kwargs} rejected by {cfg.env_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    try:
+        env.reset(seed=cfg.task_seed_start, options=cfg.reset_options())
+    except Exception as e:
+        raise RecipeError(f"task options {cfg.reset_options()} rejected by {cfg.env_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    finally:
+        env.close()
+
+
+def validate_credit(name: str, kwargs: dict) -> None:
+    try:
+        from agentrl import credit as credit_mod
+    except ImportError:
+        credit_mod = None
+    if credit_mod is None or not hasattr(credit_mod, "validate"):
+        if name != "grpo":
+            raise RecipeError(f"unknown credit module {name!r}; valid: grpo (agentrl.credit not installed)")
+        return
+    try:
+        credit_mod.validate(name, **kwargs)
+    except (ValueError, TypeError, KeyError) as e:
+        raise RecipeError(f"credit {name!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def validate_model(path: str) -> None:
+    from agentrl.models.registry import EMBEDDED_MODELS
+
+    if path in EMBEDDED_MODELS:
+        return
+    p = Path(path).expanduser()
+    looks_local = path.startswith(("/", ".", "~")) or os.sep in path and not _HUB_ID.match(path)
+    if p.exists():
+        if p.is_dir() and not (p / "config.json").is_file():
+            raise RecipeError(f"model folder {path} has no config.json")
+        return
+    if looks_local:
+        raise RecipeError(f"model folder not found: {path} (model_name_or_path)")
+    if not _HUB_ID.match(path):
+        raise RecipeError(f"model_name_or_path {path!r} is neither a local folder, an embedded model "
+                          f"({', '.join(EMBEDDED_MODELS)}) nor a hub id")
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRLConfig:
+    """Parse ``path`` (YAML) + CLI ``overrides`` into a validated AgentRLConfig; RecipeError on bad input."""
+    import yaml
+
+    overrides = list(overrides or [])
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise RecipeError(f"recipe not found: {path}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise RecipeError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise RecipeError(f"{path} must be a YAML mapping of config keys")
+    env_vars = data.pop("env", None) or {}
+    if not isinstance(env_vars, dict):
+        raise RecipeError("recipe key 'env' must be a mapping of environment variables")
+    keys = config_keys()
+    for k in data:
+        if k not in keys:
+            raise _unknown_key_error(k, path or "recipe")
+    for tok in overrides:
+        if tok.startswith("--"):
+            k = tok[2:].split("=", 1)[0]
+            if k not in keys:
+                raise _unknown_key_error(k, "command line")
+    for k, v in env_vars.items():
+        os.environ[str(k)] = str(v)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    for k, v in _AGENT_DEFAULTS.items():
+        data.setdefault(k, v)
+    # dict fields go through argparse as strings; pass them as JSON so both paths agree
+    for k in ("env_kwargs", "credit_kwargs", "task_options"):
+        if isinstance(data.get(k), dict):
+            data[k] = json.dumps(data[k])
+
+    from trl import TrlParser
+
+    parser = TrlParser([AgentRLConfig])
+
+    def _error(message: str):
+        raise RecipeError(message.splitlines()[0])
+
+    parser.error = _error  # argparse would print usage and sys.exit(2)
+    try:
+        with warnings.catch_warnings():
+            # transformers 5 renames gradient_checkpointing; TRL's docs and recipes still use it
+            warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
+            parser.set_defaults_with_config(**data)
+            (cfg,) = parser.parse_args_into_dataclasses(args=overrides)
+    except RecipeError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise RecipeError(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
+    validate_config(cfg)
+    return cfg
+
+
+def validate_config(cfg: AgentRLConfig) -> None:
+    """Checks that need other modules (env registry, credit modules, model folders, vLLM)."""
+    validate_env(cfg.env_id, cfg.env_modules)
+    validate_tasks(cfg)
+    validate_credit(cfg.credit, cfg.credit_kwargs or {})
+    validate_model(cfg.model_name_or_path)
+    if cfg.use_vllm and not vllm_available():
+        raise RecipeError("use_vllm: true needs vllm (pip install 'agentrl[vllm]' on a CUDA machine); "
+                          "set use_vllm: false to generate with transformers")
+    if cfg.use_vllm and cfg.vllm_mode not in ("server", "colocate"):
+        raise RecipeError(f"vllm_mode must be 'server' or 'colocate', got {cfg.vllm_mode!r}")

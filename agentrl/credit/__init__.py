@@ -1,0 +1,69 @@
+"""agentrl.credit: step-level credit assignment for multi-turn agent rollouts.
+
+A pure function from a batch of step records to per-step advantages plus diagnostics::
+
+    from agentrl.credit import compute
+    res = compute("bipace_q", records, eps=0.10)
+    res.step_advantages      # float array aligned with ``records``
+    res.diagnostics          # {"singleton_frac": ..., "pace_branch_frac": ..., ...}
+
+``records`` is a list of dicts or :class:`agentrl.records.StepRecord` objects (see README.md in
+this folder for the schema), or a prebuilt :class:`Batch` to reuse across several estimators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .batch import Batch
+from .estimators import REGISTRY, CreditResult, lookup, resolve
+
+__all__ = ["Batch", "CreditResult", "available", "compute", "describe", "requirements", "validate"]
+
+OPTIONAL_FIELDS = frozenset({"action_token_ids", "fingerprint", "state_sig", "action_sig"})
+
+
+def available() -> list[str]:
+    """Names of the registered estimators."""
+    return list(REGISTRY)
+
+
+def validate(name: str, **kwargs: Any) -> None:
+    """Raise a one-line ValueError for an unknown estimator or an unknown/ill-typed kwarg."""
+    resolve(name, kwargs)
+
+
+def requirements(name: str, **kwargs: Any) -> frozenset[str]:
+    """Optional record fields the estimator needs with these kwargs, a subset of
+    {"action_token_ids", "fingerprint", "state_sig", "action_sig"}.
+
+    rtmc lists state_sig/action_sig unless signature='history': it uses them when the env
+    provides them and falls back to the cumulative action history otherwise.
+    """
+    spec, full = resolve(name, kwargs)
+    return frozenset(spec.requires(full)) & OPTIONAL_FIELDS
+
+
+def describe(name: str) -> dict[str, Any]:
+    """Defaults and docs of an estimator's kwargs: {kwarg: (default, doc)}, plus its paper."""
+    spec = lookup(name)
+    return {"paper": spec.paper, "kwargs": {k: (p.default, p.doc) for k, p in spec.params.items()}}
+
+
+def compute(name: str, records: Sequence[Any] | Batch, **kwargs: Any) -> CreditResult:
+    """Advantages of estimator ``name`` for ``records`` (see module docstring)."""
+    spec, full = resolve(name, kwargs)
+    batch = Batch.from_records(records)
+    if batch.n == 0:
+        return CreditResult(np.zeros(0), {}, np.zeros(0), name, full)
+    adv, step, diag = spec.fn(batch, **full)
+    if not (np.isfinite(adv).all() and np.isfinite(step).all()):  # pragma: no cover - guarded by tests
+        raise FloatingPointError(f"credit estimator {name!r} produced a non-finite advantage")
+    diag = {k: float(v) for k, v in diag.items()}
+    diag["step_signal_frac"] = float(np.mean(np.abs(step) > 1e-12))
+    if full.get("eps") == "auto":
+        full = {**full, "eps": diag["eps"]}
+    return CreditResult(batch.to_input_order(adv), diag, batch.to_input_order(step), name, full)

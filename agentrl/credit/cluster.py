@@ -1,0 +1,255 @@
+"""BiGPO state partition: greedy online cosine clustering (BiPACE Eq. 3, App. D Algorithm 1).
+
+Algorithm 1 is sequential inside a prompt group (each record sees the centroids left by the
+records before it, rollout-major order). Two things make it fast without changing its result:
+
+1. Work on the group's Gram matrix G = X X^T instead of the D-dim vectors. Every centroid is a
+   linear combination of member vectors, so we keep P[j, k] = x_j . c_k for every record j and
+   centroid k. Line 8's argmax for record i reads row P[i, :]; line 11's update
+   c_k <- normalize(c_k + (x_i - c_k)/m) becomes, with a = 1 - 1/m, b = 1/m,
+       P[j, k] <- (a P[j, k] + b G[i, j]) / ||a c_k + b x_i||,
+       ||a c_k + b x_i||^2 = a^2 + 2ab P[i, k] + b^2 G[i, i],
+   and a new cluster seeded by x_i has P[j, k] = G[i, j]. Cost: one GEMM per group plus O(N_p)
+   per record, independent of the fingerprint dimension D.
+2. Run all groups of a chunk in lock-step: iteration i handles record i of every group at once,
+   so Python loops over positions (at most the largest group size), not over records.
+
+Admission uses ``1 - sim <= eps + TOL``: TOL absorbs float32 round-off so identical fingerprints
+always share a cluster (with a one-hot observation hash and eps=0 this is exactly GiGPO's
+partition, BiPACE Sec. 3.4 "Relation to prior methods").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .batch import Batch
+
+TOL = 1e-5
+"""Slack on the admission test for float32 round-off (cosine distance units)."""
+
+# Elements of each padded (groups, N, N) float32 work array of one lock-step chunk. Kept under
+# glibc's largest mmap threshold (32 MiB) so the buffers are reused instead of page-faulted afresh.
+_CHUNK_ELEMS = 6 * 2**20
+
+
+# ---------------------------------------------------------------------------- Gram builders
+def _syrk(X: np.ndarray) -> np.ndarray:
+    """Upper triangle of X X^T (float32); the strict lower triangle is left as zeros."""
+    from scipy.linalg.blas import ssyrk
+
+    if X.shape[0] == 0:
+        return np.zeros((0, 0), np.float32)
+    return ssyrk(1.0, X)
+
+
+GramFn = Callable[[np.ndarray], np.ndarray]
+
+
+def onehot_gram(ids: np.ndarray) -> GramFn:
+    """Gram of one-hot vectors of ``ids`` (GiGPO's observation hash as a fingerprint)."""
+
+    def gram(pos: np.ndarray) -> np.ndarray:
+        o = ids[pos]
+        return (o[:, None] == o[None, :]).astype(np.float32)
+
+    return gram
+
+
+def dense_gram(F: np.ndarray | list) -> GramFn:
+    """Gram of the L2-normalized fingerprints (canonical order); zero vectors stay zero.
+
+    ``F`` is an (n, d) array or a list of per-record vectors; a list is stacked one group at a
+    time (no batch-sized copy).
+    """
+
+    def gram(pos: np.ndarray) -> np.ndarray:
+        if isinstance(F, np.ndarray):
+            X = np.asarray(F[pos], dtype=np.float32)
+        else:
+            X = np.asarray(np.stack([F[i] for i in pos]) if isinstance(F[pos[0]], np.ndarray) else [F[i] for i in pos],
+                           dtype=np.float32)
+        if X.ndim != 2:
+            raise ValueError("fingerprints must all be flat float vectors of the same length")
+        norm = np.sqrt(np.einsum("ij,ij->i", X, X))
+        X = X * np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)[:, None]
+        # only the upper triangle (j >= i) is ever read: BLAS syrk does half the GEMM's work
+        return _syrk(X)
+
+    return gram
+
+
+def hash_ngram_matrix(texts: list[str], n: int = 3, dim: int = 1024):
+    """L2-normalized character n-gram feature hash of ``texts`` as a scipy CSR matrix.
+
+    BiPACE's HashNgram control (Sec. 3.4, App. K): n-grams of the UTF-8 bytes, padded with n-1
+    boundary marks on each side (so the empty string still has features), hashed into ``dim``
+    buckets (a power of two) with a multiplicative hash, counts L2-normalized.
+    """
+    from scipy import sparse
+
+    if not (1 <= n <= 8):
+        raise ValueError(f"hash_ngram n must be in 1..8, got {n}")
+    if dim < 2 or dim & (dim - 1):
+        raise ValueError(f"hash_ngram dim must be a power of two >= 2, got {dim}")
+    pad_l, pad_r = "\x02" * (n - 1), "\x03" * (n - 1)
+    enc = [(pad_l + s + pad_r).encode("utf-8", "replace") for s in texts]
+    lens = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
+    buf = np.frombuffer(b"".join(enc), dtype=np.uint8).astype(np.uint64)
+    m = max(len(buf) - n + 1, 0)
+    code = np.zeros(m, dtype=np.uint64)
+    for j in range(n):
+        code |= buf[j : j + m] << np.uint64(8 * j)
+    row = np.repeat(np.arange(len(texts), dtype=np.int64), lens)[:m]
+    ends = np.cumsum(lens)[row] if m else np.zeros(0, np.int64)
+    valid = np.arange(m, dtype=np.int64) + n <= ends
+    shift = np.uint64(64 - int(dim).bit_length() + 1)
+    col = ((code[valid] * np.uint64(0x9E3779B97F4A7C15)) >> shift).astype(np.int64)
+    X = sparse.csr_matrix(
+        (np.ones(len(col), dtype=np.float32), (row[valid], col)), shape=(len(texts), dim), dtype=np.float32
+    )
+    X.sum_duplicates()
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    scale = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0).astype(np.float32)
+    return sparse.diags(scale) @ X
+
+
+def text_gram(text_ids: np.ndarray, texts: list[str], n: int = 3, dim: int = 1024) -> GramFn:
+    """Gram of hash-n-gram features; rows are deduplicated by text id before the GEMM."""
+    X = hash_ngram_matrix(texts, n=n, dim=dim).tocsr()
+
+    def gram(pos: np.ndarray) -> np.ndarray:
+        u, inv = np.unique(text_ids[pos], return_inverse=True)
+        Xu = X[u].toarray()
+        Gu = Xu @ Xu.T
+        return Gu[inv[:, None], inv[None, :]]
+
+    return gram
+
+
+# ---------------------------------------------------------------------------- clustering
+def _chunk_cluster(
+    grams: list[np.ndarray], eps: float, update: bool, gbuf: np.ndarray, pbuf: np.ndarray
+) -> list[np.ndarray]:
+    """Algorithm 1 on several groups at once (``grams`` sorted by size, largest first).
+
+    ``gbuf``/``pbuf`` are scratch buffers of at least groups*N*N float32. Padding entries are
+    never read: a group is inactive once i >= its size, and P[g, k, j] is written when cluster k
+    is seeded, before any record j > seed reads it.
+    """
+    sizes = np.array([g.shape[0] for g in grams], dtype=np.int64)
+    ng, N = len(grams), int(sizes[0])
+    Gm = gbuf[: ng * N * N].reshape(ng, N, N)
+    diag = np.zeros((ng, N), dtype=np.float32)
+    for gi, g in enumerate(grams):
+        n = g.shape[0]
+        Gm[gi, :n, :n] = g
+        diag[gi, :n] = np.diagonal(g)
+    inv_root = np.divide(1.0, np.sqrt(diag), out=np.zeros_like(diag), where=diag > 0)
+    kcap = N
+    P = pbuf[: ng * N * N].reshape(ng, N, N)  # P[g, k, j] = centroid_k . x_j
+    cnt = np.zeros((ng, kcap), dtype=np.float32)
+    K = np.zeros(ng, dtype=np.int64)
+    lab = np.zeros((ng, N), dtype=np.int64)
+    thr = 1.0 - float(eps) - TOL  # join iff sim >= thr, i.e. 1 - sim <= eps (+TOL)
+    n_active = np.searchsorted(-sizes, -np.arange(N), side="left")  # groups with more than i records
+    kidx = np.arange(kcap)
+    for i in range(N):
+        na = int(n_active[i])
+        if i == 0:
+            new = np.ones(na, dtype=bool)
+            best = np.zeros(na, dtype=np.int64)
+            bsim = np.zeros(na, dtype=np.float32)
+        else:
+            Ka = K[:na]
+            kmax = int(Ka.max())
+            sims = P[:na, :kmax, i]
+            if int(Ka.min()) != kmax:
+                sims = np.where(kidx[:kmax] < Ka[:, None], sims, -np.inf)
+            best = sims.argmax(axis=1)  # line 8 (ties: the oldest cluster)
+            bsim = sims[np.arange(na), best]
+            new = bsim < thr
+        if new.all():
+            gn, gj = np.arange(na), None
+        elif not new.any():
+            gn, gj = None, np.arange(na)
+        else:
+            gn, gj = np.flatnonzero(new), np.flatnonzero(~new)
+        if gn is not None:  # lines 6 and 13: seed a new cluster with x_i
+            kn = K[gn]
+            lab[gn, i] = kn
+            cnt[gn, kn] = 1.0
+            if i + 1 < N:
+                P[gn, kn, i + 1 :] = Gm[gn, i, i + 1 :] * inv_root[gn, i, None]
+            K[gn] += 1
+        if gj is not None:  # lines 10-11: join the nearest centroid and move it
+            kj = best[gj]
+            m = cnt[gj, kj] + 1.0
+            cnt[gj, kj] = m
+            lab[gj, i] = kj
+            if update and i + 1 < N:
+                b = 1.0 / m
+                a = 1.0 - b
+                s = bsim[gj]
+                nrm = np.sqrt(np.maximum(a * a + 2.0 * a * b * s + b * b * diag[gj, i], 0.0))
+                inv = np.divide(1.0, nrm, out=np.zeros_like(nrm), where=nrm > 0)
+                P[gj, kj, i + 1 :] = P[gj, kj, i + 1 :] * (a * inv)[:, None] + Gm[gj, i, i + 1 :] * (b * inv)[:, None]
+    return [lab[gi, : sizes[gi]] for gi in range(ng)]
+
+
+def greedy_cosine_partition(batch: Batch, gram: GramFn, eps: float, update: bool = True) -> np.ndarray:
+    """Cluster ids (global, canonical order) from Algorithm 1 run per prompt group.
+
+    ``update=False`` keeps each cluster's centroid at its first member (leader clustering),
+    used by SALT's embedding match where a new edge is compared to an existing graph edge.
+    """
+    n = batch.n
+    if n == 0:
+        return np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, batch.group[1:] != batch.group[:-1]])
+    ends = np.r_[starts[1:], n]
+    sizes = ends - starts
+    by_size = np.argsort(-sizes, kind="stable")
+    local = np.empty(n, dtype=np.int64)
+    ncl = np.zeros(len(starts), dtype=np.int64)
+    nmax = int(sizes.max())
+    cap = max(_CHUNK_ELEMS, nmax * nmax)
+    gbuf = np.empty(cap, dtype=np.float32)
+    pbuf = np.empty(cap, dtype=np.float32)
+    p = 0
+    while p < len(by_size):
+        N = int(sizes[by_size[p]])
+        per = max(1, cap // (N * N))
+        chunk = by_size[p : p + per]
+        grams = [gram(np.arange(starts[g], ends[g])) for g in chunk]
+        for g, lab in zip(chunk, _chunk_cluster(grams, eps, update, gbuf, pbuf), strict=True):
+            local[starts[g] : ends[g]] = lab
+            ncl[g] = int(lab.max()) + 1
+        p += per
+    offset = np.concatenate([[0], np.cumsum(ncl)[:-1]])
+    return local + offset[batch.group]
+
+
+def auto_eps(
+    batch: Batch, gram: GramFn, lo: float = 0.02, hi: float = 0.40, target: tuple[int, int] = (4, 8), probes: int = 6
+) -> tuple[float, np.ndarray]:
+    """BiPACE App. F: binary-search eps in [lo, hi] for a median cluster size in ``target``.
+
+    At most ``probes`` probe values; returns the first eps whose median lands in the target
+    range, else the last probe (the closest the search got).
+    """
+    eps, labels = lo, None
+    for _ in range(probes):
+        eps = 0.5 * (lo + hi)
+        labels = greedy_cosine_partition(batch, gram, eps)
+        med = float(np.median(np.bincount(labels))) if len(labels) else 0.0
+        if target[0] <= med <= target[1]:
+            break
+        if med < target[0]:
+            lo = eps  # clusters too small: widen the radius
+        else:
+            hi = eps
+    assert labels is not None
+    return eps, labels

@@ -1,0 +1,182 @@
+"""Generation helpers: a plain HF ``generate`` callable and the fingerprint capture hook.
+
+Fingerprint (BiPACE Sec. 3.4): f_theta(s_t) = the actor's hidden state at the final prompt token
+at a fixed late layer. The paper runs a *dedicated* forward pass for it (11.3% of a step). We
+capture it for free during generation instead: a forward hook on decoder block
+``model.model.layers[L]`` records that block's output at the last position of the *prefill*
+call (the first forward of ``generate``, which sees the whole left-padded prompt; later calls see
+one new token each). With left padding the last position is every row's last prompt token.
+When generation happens elsewhere (vLLM), ``truncated_forward_fingerprints`` runs only the first
+L+1 blocks under no_grad (no LM head, no logits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from agentrl.rollout.episodes import GenerateOutput
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The decoder block list of an HF causal LM (also through PEFT / DDP wrappers)."""
+    m = model
+    for _ in range(6):
+        if hasattr(m, "layers") and isinstance(m.layers, torch.nn.ModuleList):
+            return m.layers
+        for attr in ("module", "base_model", "model"):
+            nxt = getattr(m, attr, None)
+            if nxt is not None and nxt is not m:
+                m = nxt
+                break
+        else:
+            break
+    raise ValueError(f"cannot find the decoder layers of {type(model).__name__} for fingerprint_layer")
+
+
+class FingerprintCapture:
+    """Context manager: while active, each generate call's prefill hidden state at layer L is kept.
+
+    ``take()`` returns the rows captured by the last prefill (list of float lists) and resets.
+    """
+
+    def __init__(self, model, layer: int):
+        layers = decoder_layers(model)
+        n = len(layers)
+        if not -n <= layer < n:
+            raise ValueError(f"fingerprint_layer {layer} out of range for a model with {n} decoder layers")
+        self.layer_module = layers[layer]
+        self._handle = None
+        self._captured: torch.Tensor | None = None
+        self._armed = False
+
+    def _hook(self, module, args, output):
+        if not self._armed:
+            return
+        hs = output[0] if isinstance(output, tuple) else output
+        if hs.dim() == 3:
+            self._captured = hs[:, -1, :].detach().float().cpu()
+            self._armed = False  # later decode steps are not the prefill
+
+    def arm(self) -> None:
+        self._armed = True
+        self._captured = None
+
+    def take(self) -> list[list[float]] | None:
+        c, self._captured = self._captured, None
+        self._armed = False
+        return None if c is None else c.tolist()
+
+    def __enter__(self):
+        self._handle = self.layer_module.register_forward_hook(self._hook)
+        return self
+
+    def __exit__(self, *exc):
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        self._armed = False
+
+
+@contextlib.contextmanager
+def maybe_capture(model, layer: int | None) -> Iterator[FingerprintCapture | None]:
+    if layer is None:
+        yield None
+        return
+    with FingerprintCapture(model, layer) as cap:
+        yield cap
+
+
+@torch.no_grad()
+def truncated_forward_fingerprints(model, prompt_ids: list[list[int]], layer: int, pad_id: int) -> list[list[float]]:
+    """Hidden state of each prompt's last token after block ``layer``, running only the blocks
+    up to it (used when generation does not run this model, e.g. vLLM). Stops the forward with
+    an exception raised from a hook, so blocks after L and the LM head never run."""
+
+    class _Stop(Exception):
+        pass
+
+    cap = FingerprintCapture(model, layer)
+    box: dict[str, torch.Tensor] = {}
+
+    def hook(module, args, output):
+        hs = output[0] if isinstance(output, tuple) else output
+        box["h"] = hs[:, -1, :].detach().float().cpu()
+        raise _Stop
+
+    dev = next(model.parameters()).device
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, p in enumerate(prompt_ids):
+        ids[i, width - len(p):] = torch.tensor(p)
+        att[i, width - len(p):] = 1
+    h = cap.layer_module.register_forward_hook(hook)
+    try:
+        model(input_ids=ids.to(dev), attention_mask=att.to(dev), use_cache=False)
+    except _Stop:
+        pass
+    finally:
+        h.remove()
+    return box["h"].tolist()
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        if p:
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            att[i, width - len(p):] = 1
+    return ids.to(device), att.to(device)
+
+
+def strip_after_eos(row: list[int], eos_ids: set[int]) -> list[int]:
+    """Keep tokens up to and including the first EOS (as TRL's completion mask does)."""
+    for i, t in enumerate(row):
+        if t in eos_ids:
+            return row[: i + 1]
+    return row
+
+
+def hf_generate_fn(model, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0,
+                   do_sample: bool = True, fingerprint_layer: int | None = None, top_p: float = 1.0):
+    """A ``generate`` callable for ``run_episodes`` using ``model.generate`` with left padding.
+
+    Returns completion ids up to and including the first EOS. With ``fingerprint_layer`` set it
+    returns a ``GenerateOutput`` carrying the prefill hidden state of each prompt.
+    """
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+    eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        eos_ids.add(tokenizer.eos_token_id)
+
+    def generate(prompts: list[list[int]]):
+        device = next(model.parameters()).device
+        ids, att = _left_pad(prompts, pad_id, device)
+        kw = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, pad_token_id=pad_id,
+                  eos_token_id=sorted(eos_ids) or None)
+        if do_sample:
+            kw.update(temperature=temperature, top_p=top_p)
+        else:
+            kw.update(temperature=None, top_p=None, top_k=None)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad(), maybe_capture(model, fingerprint_layer) as cap:
+                if cap is not None:
+                    cap.arm()
+                out = model.generate(input_ids=ids, attention_mask=att, **kw)
+                fps = cap.take() if cap is not None else None
+        finally:
+            model.train(was_training)
+        comps = [strip_after_eos(r, eos_ids) for r in out[:, ids.shape[1]:].tolist()]
+        if fingerprint_layer is None:
+            return comps
+        return GenerateOutput(completion_ids=comps, fingerprints=fps)
+
+    return generate

@@ -1,0 +1,309 @@
+"""``agentrl sft``: supervised warm start on an env's expert trajectories (TRL's SFTTrainer).
+
+    python -m agentrl.sft --env agentrl/TextCraft-v0 --model smollm2 --episodes 64 --out runs/sft \
+        [--options '{"families": ["depth2"]}'] [--env-kwargs '{"prompt_style": "compact"}'] \
+        [--max-steps 50 | --epochs 1] [--lr 1e-4] [--batch-size 8]
+
+Any registered env works: an episode is played by the env's own ``expert_action()``; every turn
+becomes one chat-format example whose prompt is exactly the window prompt the RL rollout builds
+(``env.prompt`` with the same history, the tokenizer's chat template and the ``<action>`` prefill
+after the assistant header) and whose completion is the rest of the expert's action
+(``BODY</action>`` + end of turn). Training is on completion tokens only, so after SFT the policy
+writes the actions that RL then samples in exactly the same token context.
+
+``--out`` receives the model + tokenizer (a folder RL can start from), ``sft_data.jsonl`` (the
+examples in chat format: ``prompt`` / ``completion`` message lists, reusable with any SFT tool)
+and ``sft_metrics.json`` (expert success, example count, the loss curve).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrl.actions import ACTION_OPEN, format_action
+
+
+class SFTError(Exception):
+    """Bad SFT input: reported as one line, exit code 2."""
+
+
+@dataclass
+class ExpertStep:
+    """One expert turn: the user message the policy sees and the expert's action body."""
+
+    user: str
+    """The env's rendered user message (``env.prompt``) at this turn."""
+    action: str
+    """The expert's action body (without the ``<action>`` tags)."""
+    task_family: str = ""
+    """The task family, for per-family counts."""
+
+
+@dataclass
+class ExpertData:
+    """Expert rollouts turned into SFT examples, plus what happened while collecting them."""
+
+    steps: list[ExpertStep] = field(default_factory=list)
+    """One example per expert turn (from won episodes only unless ``keep_failed``)."""
+    episodes: int = 0
+    """Episodes played."""
+    won: int = 0
+    """Episodes the expert won."""
+    corpus: list[str] = field(default_factory=list)
+    """Env text seen while collecting (user messages and actions): a tokenizer corpus."""
+
+
+def make_env(env_id: str, env_kwargs: dict | None = None):
+    """gymnasium.make with a one-line error naming the registered agentrl env ids."""
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers the agentrl/* ids)
+
+    if env_id not in gym.registry:
+        valid = ", ".join(sorted(k for k in gym.registry if k.startswith("agentrl/")))
+        raise SFTError(f"unknown env id {env_id!r}; valid: {valid}")
+    return gym.make(env_id, **(env_kwargs or {}))
+
+
+def collect_expert(
+    env_id: str,
+    seeds: list[int],
+    options: dict | None = None,
+    env_kwargs: dict | None = None,
+    history_length: int = 2,
+    max_turns: int | None = None,
+    keep_failed: bool = False,
+) -> ExpertData:
+    """Play the env's expert on ``seeds`` and record (user message, expert action) per turn.
+
+    The user message comes from the rollout's own prompt builder with the same history the RL
+    rollout keeps ((observation, parsed action body) pairs, the last ``history_length`` shown).
+    """
+    from agentrl.rollout.episodes import _user_prompt
+
+    env = make_env(env_id, env_kwargs)
+    base = env.unwrapped
+    if max_turns is None:
+        max_turns = env.spec.max_episode_steps or 50 if env.spec else 50
+    data = ExpertData()
+    for seed in seeds:
+        obs, info = env.reset(seed=int(seed), options=dict(options or {}))
+        history: list[tuple[str, str]] = []
+        ep_steps: list[ExpertStep] = []
+        won = False
+        for t in range(max_turns):
+            user = _user_prompt(base, obs, info, history, t, history_length)
+            body = base.expert_action()
+            if body is None:
+                break
+            ep_steps.append(ExpertStep(user, body, str(info.get("task_family", ""))))
+            response = format_action(body)
+            data.corpus += [user, response]
+            next_obs, _r, terminated, truncated, info = env.step(response)
+            history.append((obs, info.get("action") or body))
+            obs = next_obs
+            won = bool(info.get("won"))
+            if terminated or truncated:
+                break
+        data.episodes += 1
+        data.won += int(won)
+        if won or keep_failed:
+            data.steps += ep_steps
+    env.close()
+    return data
+
+
+def prompt_ids(tokenizer, user: str, prefill: str = ACTION_OPEN) -> list[int]:
+    """Token ids of the RL window prompt, built exactly as ``agentrl.rollout`` builds them: the
+    chat template (user turn + assistant header) as text, the prefill appended, tokenized once.
+    """
+    from agentrl.rollout.episodes import _chat_text, _encode
+
+    return _encode(tokenizer, _chat_text(tokenizer, user) + prefill)
+
+
+def completion_ids(tokenizer, body: str) -> list[int]:
+    """Token ids the policy must write after the prefill: ``BODY</action>`` + end of turn."""
+    ids = tokenizer(f"{body}</action>", add_special_tokens=False)["input_ids"]
+    return list(ids) + [tokenizer.eos_token_id]
+
+
+def to_chat_rows(steps: list[ExpertStep]) -> list[dict[str, Any]]:
+    """Prompt-completion rows in TRL's conversational format (what ``sft_data.jsonl`` holds)."""
+    return [{"prompt": [{"role": "user", "content": s.user}],
+             "completion": [{"role": "assistant", "content": format_action(s.action)}],
+             "task_family": s.task_family} for s in steps]
+
+
+def tokenize_steps(tokenizer, steps: list[ExpertStep], prefill: str = ACTION_OPEN,
+                   max_length: int | None = None):
+    """A pre-tokenized ``datasets.Dataset`` (input_ids, completion_mask) for SFTTrainer."""
+    from datasets import Dataset
+
+    rows = {"input_ids": [], "completion_mask": []}
+    for s in steps:
+        p, c = prompt_ids(tokenizer, s.user, prefill), completion_ids(tokenizer, s.action)
+        ids = p + c
+        if max_length is not None and len(ids) > max_length:
+            continue  # RL would have shrunk history; skip rather than train on a cut prompt
+        rows["input_ids"].append(ids)
+        rows["completion_mask"].append([0] * len(p) + [1] * len(c))
+    return Dataset.from_dict(rows)
+
+
+def sft_train(
+    model_path: str,
+    steps: list[ExpertStep],
+    out_dir: str | Path,
+    max_steps: int = -1,
+    epochs: float = 1.0,
+    learning_rate: float = 1e-4,
+    batch_size: int = 8,
+    grad_accum: int = 1,
+    warmup_ratio: float = 0.0,
+    weight_decay: float = 0.0,
+    seed: int = 0,
+    prefill: str = ACTION_OPEN,
+    max_length: int = 2048,
+    logging_steps: int = 5,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Fine-tune ``model_path`` on ``steps`` with TRL's SFTTrainer; save model + tokenizer.
+
+    Returns metrics: examples, train steps, seconds, and the logged loss curve.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+    from trl import SFTConfig, SFTTrainer
+
+    from agentrl.models import resolve_model
+
+    if not steps:
+        raise SFTError("no expert examples to train on (did the expert win any episode?)")
+    set_seed(seed)
+    src = resolve_model(model_path)
+    tok = AutoTokenizer.from_pretrained(src)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    ds = tokenize_steps(tok, steps, prefill, max_length)
+    out = Path(out_dir)
+    cfg = SFTConfig(
+        output_dir=str(out / "sft_trainer"),
+        max_steps=max_steps,
+        num_train_epochs=epochs,
+        learning_rate=learning_rate,
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=grad_accum,
+        warmup_steps=warmup_ratio,  # a float < 1 is a ratio of the total steps
+        weight_decay=weight_decay,
+        lr_scheduler_type="constant_with_warmup" if warmup_ratio else "constant",
+        logging_steps=logging_steps,
+        save_strategy="no",
+        report_to=[],
+        bf16=False,
+        use_cpu=not torch.cuda.is_available(),
+        gradient_checkpointing=False,  # small models on CPU: recomputation only costs time
+        completion_only_loss=True,  # loss on the expert's action tokens only
+        max_length=max_length,
+        seed=seed,
+        data_seed=seed,
+        disable_tqdm=quiet,
+        dataloader_num_workers=0,
+    )
+    t0 = time.time()
+    trainer = SFTTrainer(model=model, args=cfg, train_dataset=ds, processing_class=tok)
+    result = trainer.train()
+    secs = time.time() - t0
+    trainer.save_model(str(out))
+    tok.save_pretrained(str(out))
+    losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
+    return {"examples": len(ds), "train_steps": trainer.state.global_step, "seconds": secs,
+            "train_loss": float(result.training_loss), "loss_curve": losses,
+            "model": str(out), "trainer": trainer}
+
+
+def run_sft(
+    env_id: str,
+    model: str,
+    out_dir: str | Path,
+    episodes: int,
+    seed_start: int = 0,
+    options: dict | None = None,
+    env_kwargs: dict | None = None,
+    history_length: int = 2,
+    **train_kwargs,
+) -> dict[str, Any]:
+    """Collect expert episodes (seeds ``seed_start..+episodes``), write the chat data, train."""
+    if episodes <= 0:
+        raise SFTError("--episodes must be positive")
+    options = {"split": "train", **(options or {})}
+    data = collect_expert(env_id, list(range(seed_start, seed_start + episodes)), options, env_kwargs,
+                          history_length)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "sft_data.jsonl").open("w") as f:
+        for row in to_chat_rows(data.steps):
+            f.write(json.dumps(row) + "\n")
+    metrics = sft_train(model, data.steps, out, **train_kwargs)
+    metrics.pop("trainer", None)
+    metrics.update({"env": env_id, "options": options, "env_kwargs": env_kwargs or {},
+                    "expert_episodes": data.episodes, "expert_won": data.won})
+    (out / "sft_metrics.json").write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
+def _json_dict(text: str, flag: str) -> dict:
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SFTError(f"{flag} is not JSON: {e.msg}") from None
+    if not isinstance(d, dict):
+        raise SFTError(f"{flag} must be a JSON object, got {text!r}")
+    return d
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="agentrl sft", description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", required=True, help="gymnasium id, e.g. agentrl/TextCraft-v0")
+    p.add_argument("--model", default="smollm2", help="model folder or embedded name (smollm2)")
+    p.add_argument("--out", required=True, help="output folder (model + tokenizer + sft_data.jsonl)")
+    p.add_argument("--episodes", type=int, default=64, help="expert episodes (task seeds) to imitate")
+    p.add_argument("--seed-start", type=int, default=0, help="first task seed")
+    p.add_argument("--options", default="{}", help='JSON reset options, e.g. \'{"families": ["depth2"]}\'')
+    p.add_argument("--env-kwargs", default="{}", help='JSON dict for gymnasium.make, e.g. \'{"prompt_style": "compact"}\'')
+    p.add_argument("--history-length", type=int, default=2, help="steps of history in window prompts (as in RL)")
+    p.add_argument("--max-steps", type=int, default=-1, help="optimizer steps (overrides --epochs when > 0)")
+    p.add_argument("--epochs", type=float, default=1.0, help="passes over the expert data")
+    p.add_argument("--lr", type=float, default=1e-4, help="learning rate (constant)")
+    p.add_argument("--batch-size", type=int, default=8, help="examples per optimizer step")
+    p.add_argument("--seed", type=int, default=0, help="training seed")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    args = _parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        m = run_sft(args.env, args.model, args.out, args.episodes, args.seed_start,
+                    _json_dict(args.options, "--options"), _json_dict(args.env_kwargs, "--env-kwargs"),
+                    args.history_length, max_steps=args.max_steps, epochs=args.epochs,
+                    learning_rate=args.lr, batch_size=args.batch_size, seed=args.seed)
+    except (SFTError, ValueError) as e:
+        print(f"agentrl sft: {e}", file=sys.stderr)
+        return 2
+    print(f"sft: expert won {m['expert_won']}/{m['expert_episodes']}, {m['examples']} examples, "
+          f"{m['train_steps']} steps in {m['seconds']:.0f}s, loss {m['train_loss']:.3f} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

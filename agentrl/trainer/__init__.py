@@ -1,0 +1,13 @@
+"""AgentGRPOTrainer: TRL's GRPOTrainer with multi-turn env rollouts. See README.md here."""
+
+from agentrl.trainer.agent_trainer import (
+    AgentGRPOTrainer,
+    RolloutHooks,
+    build_task_dataset,
+    compute_credit,
+    credit_kwargs,
+    credit_requirements,
+)
+
+__all__ = ["AgentGRPOTrainer", "RolloutHooks", "build_task_dataset", "compute_credit", "credit_kwargs",
+           "credit_requirements"]

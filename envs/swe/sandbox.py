@@ -1,0 +1,262 @@
+"""Bubblewrap jail that runs the SWE env's shell commands and test suites.
+
+Every command runs as ``bwrap --unshare-all --die-with-parent`` (no network, own pid/ipc/uts
+namespaces) with read-only system directories, a private tmpfs ``/tmp``, the task's workspace
+bound read-write at ``/testbed`` (the only writable place that outlives the command) and our
+runtime (a pytest-compatible runner) read-only at ``/opt/swe``. Limits: address space, CPU
+time, processes, file size (``prlimit``, inherited by bwrap and everything inside) and wall
+time (the whole namespace is killed).
+
+FINDINGS.md: root is exempt from RLIMIT_NPROC, so when we are root the jail runs as an
+unprivileged uid of its own (one per Sandbox, so that envs do not share a process budget);
+``/root`` is mode 700, so the jail uses the world-readable ``/usr/bin/python3``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INSTALL_HINT = ("bubblewrap (bwrap) is required by agentrl/SWE-v0: every tool command runs in a "
+                "bubblewrap sandbox. Install it with `apt-get install -y bubblewrap` (Debian/Ubuntu).")
+
+JAIL_PYTHON = "/usr/bin/python3"
+WORKDIR = "/testbed"
+RUNTIME_MOUNT = "/opt/swe"
+JAIL_PATH = f"{RUNTIME_MOUNT}/bin:/usr/bin:/bin:/usr/local/bin:/usr/sbin:/sbin"
+
+# /etc entries a shell and Python may want; bound read-only when present (no passwd/shadow).
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "alternatives", "localtime", "nsswitch.conf")
+
+_uid_counter = itertools.count()
+
+
+def bwrap_path() -> str | None:
+    """Path of the bwrap binary, or None."""
+    return shutil.which("bwrap")
+
+
+_PROBED: dict[str, str | None] = {}
+
+
+def sandbox_problem() -> str | None:
+    """None when the sandbox can run here, else a one-line reason (cached per process)."""
+    if "result" in _PROBED:
+        return _PROBED["result"]
+    if bwrap_path() is None:
+        reason = INSTALL_HINT
+    elif shutil.which("prlimit") is None:
+        reason = "prlimit (util-linux) is required by agentrl/SWE-v0 to set the sandbox's limits."
+    elif not os.access(JAIL_PYTHON, os.X_OK):
+        reason = f"{JAIL_PYTHON} is required inside the SWE sandbox (Debian's python3 package)."
+    else:
+        reason = None
+        try:
+            p = subprocess.run([bwrap_path(), "--unshare-all", "--ro-bind", "/usr", "/usr",
+                                "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+                                "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
+                                JAIL_PYTHON, "-c", "print('ok')"],
+                               capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+            if p.stdout.strip() != "ok":
+                reason = ("bubblewrap is installed but cannot create a sandbox here (unprivileged user "
+                          f"namespaces off?): {p.stderr.strip()[:300]}")
+        except (OSError, subprocess.SubprocessError) as e:
+            reason = f"bubblewrap failed to start: {e}"
+    _PROBED["result"] = reason
+    return reason
+
+
+@dataclass
+class Limits:
+    """Resource limits of one sandboxed command."""
+
+    wall_s: float = 10.0
+    """Wall-clock limit in seconds; the command's whole pid namespace is killed after it."""
+    cpu_s: int = 20
+    """RLIMIT_CPU per process, seconds."""
+    memory_mb: int = 1024
+    """RLIMIT_AS per process, MiB."""
+    nproc: int = 32
+    """RLIMIT_NPROC: processes (threads) of the jail's uid."""
+    fsize_mb: int = 16
+    """RLIMIT_FSIZE: largest file a command may write, MiB."""
+    tmp_mb: int = 64
+    """Size of the private tmpfs at /tmp, MiB."""
+    output_bytes: int = 65536
+    """Bytes of output kept (head and tail halves); the rest is counted and dropped."""
+
+
+@dataclass
+class RunResult:
+    """Outcome of one sandboxed command."""
+
+    output: str
+    exit_code: int | None
+    """None when the command was killed for running past its wall time."""
+    timed_out: bool
+    dropped_bytes: int = 0
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def _count_own_processes(uid: int) -> int:
+    n = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                st = os.stat(f"/proc/{d}/task")
+                if st.st_uid == uid:
+                    n += len(os.listdir(f"/proc/{d}/task"))
+            except OSError:
+                pass
+    return n
+
+
+class Sandbox:
+    """Runs commands in a bubblewrap jail over one host workspace directory."""
+
+    def __init__(self, workspace: str | Path, runtime_dir: str | Path, limits: Limits | None = None,
+                 jail_uid: int | None = None):
+        problem = sandbox_problem()
+        if problem is not None:
+            raise RuntimeError(problem)
+        self.workspace = Path(workspace)
+        self.runtime_dir = Path(runtime_dir)
+        self.limits = limits or Limits()
+        self.is_root = os.geteuid() == 0
+        if self.is_root:
+            # A uid of our own: RLIMIT_NPROC counts per uid, and root ignores it.
+            self.uid = int(jail_uid) if jail_uid is not None else \
+                200_000 + ((os.getpid() % 10_000) * 64 + next(_uid_counter) % 64)
+        else:
+            self.uid = os.getuid()
+
+    # --- ownership of files the host writes ----------------------------------------------------
+    def give(self, path: str | Path) -> None:
+        """Hand a host-written file or tree to the jail's uid (no-op when not root)."""
+        if not self.is_root:
+            return
+        path = str(path)
+        os.lchown(path, self.uid, self.uid)
+        if os.path.isdir(path) and not os.path.islink(path):
+            for root, dirs, files in os.walk(path):
+                for n in dirs + files:
+                    os.lchown(os.path.join(root, n), self.uid, self.uid)
+
+    # --- running -------------------------------------------------------------------------------
+    def _argv(self, command: list[str], workspace: Path, env: dict[str, str]) -> list[str]:
+        lim = self.limits
+        nproc = lim.nproc if self.is_root else _count_own_processes(self.uid) + lim.nproc
+        argv = ["prlimit", f"--nproc={nproc}", f"--as={lim.memory_mb << 20}", f"--cpu={lim.cpu_s}",
+                f"--fsize={lim.fsize_mb << 20}", "--core=0", "--",
+                bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+                "--hostname", "sandbox",
+                "--ro-bind", "/usr", "/usr"]
+        for link, target in (("/bin", "usr/bin"), ("/lib", "usr/lib"), ("/lib64", "usr/lib64"),
+                             ("/sbin", "usr/sbin")):
+            if os.path.islink(link):
+                argv += ["--symlink", target, link]
+            elif os.path.isdir(link):
+                argv += ["--ro-bind", link, link]
+        for name in _ETC_FILES:
+            if os.path.exists(f"/etc/{name}"):
+                argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+        argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--size", str(lim.tmp_mb << 20), "--tmpfs", "/tmp",
+                 "--ro-bind", str(self.runtime_dir), RUNTIME_MOUNT,
+                 "--bind", str(workspace), WORKDIR, "--chdir", WORKDIR]
+        base_env = {"PATH": JAIL_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TERM": "dumb",
+                    "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+                    "PYTHONPATH": f"{RUNTIME_MOUNT}/lib", "PYTHONUNBUFFERED": "1"}
+        base_env.update(env)
+        for k, v in sorted(base_env.items()):
+            argv += ["--setenv", k, v]
+        return argv + list(command)
+
+    def run(self, command: list[str], workspace: str | Path | None = None,
+            env: dict[str, str] | None = None, wall_s: float | None = None) -> RunResult:
+        """Run ``command`` (argv inside the jail) and return its merged, capped output."""
+        lim = self.limits
+        wall = lim.wall_s if wall_s is None else float(wall_s)
+        argv = self._argv(command, Path(workspace or self.workspace), env or {})
+        kw: dict = {}
+        if self.is_root:
+            kw = {"user": self.uid, "group": self.uid, "extra_groups": []}
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, process_group=0, **kw)
+        half = lim.output_bytes // 2
+        head, tail = bytearray(), bytearray()
+        dropped = 0
+        timed_out = False
+        fd = proc.stdout.fileno()
+        deadline = t0 + wall
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if not ready:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            if len(head) < half:
+                take = half - len(head)
+                head += chunk[:take]
+                chunk = chunk[take:]
+            if chunk:
+                tail += chunk
+                if len(tail) > half:
+                    dropped += len(tail) - half
+                    del tail[: len(tail) - half]
+        if timed_out:
+            self._kill(proc)
+        try:
+            code = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+        proc.stdout.close()
+        text = head.decode("utf-8", "replace")
+        if dropped:
+            text += f"\n[... {dropped} bytes of output dropped ...]\n"
+        text += tail.decode("utf-8", "replace")
+        return RunResult(output=text, exit_code=None if timed_out else code, timed_out=timed_out,
+                         dropped_bytes=dropped, seconds=time.monotonic() - t0)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        """Kill the jail: its pid-1 first (the kernel then kills the whole pid namespace and the
+        outer bwrap reaps it, leaving no zombie), then the outer process group."""
+        pids: list[int] = []
+        for stage in range(4):  # prlimit execs bwrap, bwrap forks the namespace's pid 1
+            try:
+                kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+            except OSError:
+                kids = []
+            pids = [int(k) for k in kids]
+            if pids or stage == 3:
+                break
+            time.sleep(0.01)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
