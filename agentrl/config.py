@@ -28,6 +28,15 @@ from trl import GRPOConfig
 from agentrl.rollout.episodes import CONTEXT_MODES
 
 
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
 class RecipeError(ValueError):
     """A user error in a recipe or CLI override: printed as one line, exit code 2."""
 
@@ -139,12 +148,12 @@ class AgentRLConfig(GRPOConfig):
                 raise RecipeError(f"{name} must be a mapping, got {type(v).__name__}")
             setattr(self, name, v)
         if self.bf16 is None and not self.fp16:
-            try:
-                import torch
-
-                self.bf16 = bool(torch.cuda.is_available())
-            except Exception:
-                self.bf16 = False
+            self.bf16 = _cuda()
+        if (self.ddp_backend is None and os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
+                and int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _cuda()):
+            # DeepSpeed on CPU: without an explicit backend accelerate's PartialState sees no
+            # backend and reports 1 process, and DeepSpeed's batch-size check fails (2 != 2*1*2).
+            self.ddp_backend = "gloo"
         if self.report_to is None:
             self.report_to = ["wandb"]
         if self.context_mode not in CONTEXT_MODES:
@@ -228,14 +237,9 @@ def validate_tasks(cfg: "AgentRLConfig") -> None:
 
 
 def validate_credit(name: str, kwargs: dict) -> None:
-    try:
-        from agentrl import credit as credit_mod
-    except ImportError:
-        credit_mod = None
-    if credit_mod is None or not hasattr(credit_mod, "validate"):
-        if name != "grpo":
-            raise RecipeError(f"unknown credit module {name!r}; valid: grpo (agentrl.credit not installed)")
-        return
+    """agentrl.credit.validate with the kwargs the trainer will pass (gamma + credit_kwargs)."""
+    from agentrl import credit as credit_mod
+
     try:
         credit_mod.validate(name, **kwargs)
     except (ValueError, TypeError, KeyError) as e:
@@ -331,7 +335,7 @@ def validate_config(cfg: AgentRLConfig) -> None:
     """Checks that need other modules (env registry, credit modules, model folders, vLLM)."""
     validate_env(cfg.env_id, cfg.env_modules)
     validate_tasks(cfg)
-    validate_credit(cfg.credit, cfg.credit_kwargs or {})
+    validate_credit(cfg.credit, {"gamma": cfg.gamma, **(cfg.credit_kwargs or {})})
     validate_model(cfg.model_name_or_path)
     if cfg.use_vllm and not vllm_available():
         raise RecipeError("use_vllm: true needs vllm (pip install 'agentrl[vllm]' on a CUDA machine); "

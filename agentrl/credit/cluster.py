@@ -66,12 +66,14 @@ def dense_gram(F: np.ndarray | list) -> GramFn:
     """
 
     def gram(pos: np.ndarray) -> np.ndarray:
-        if isinstance(F, np.ndarray):
-            X = np.asarray(F[pos], dtype=np.float32)
-        else:
-            X = np.asarray(np.stack([F[i] for i in pos]) if isinstance(F[pos[0]], np.ndarray) else [F[i] for i in pos],
-                           dtype=np.float32)
-        if X.ndim != 2:
+        try:
+            if isinstance(F, np.ndarray):
+                X = np.asarray(F[pos], dtype=np.float32)
+            else:
+                X = np.array(F[pos[0] : pos[-1] + 1], dtype=np.float32)  # pos is one contiguous run
+        except ValueError:
+            X = None
+        if X is None or X.ndim != 2:
             raise ValueError("fingerprints must all be flat float vectors of the same length")
         norm = np.sqrt(np.einsum("ij,ij->i", X, X))
         X = X * np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)[:, None]
@@ -81,48 +83,60 @@ def dense_gram(F: np.ndarray | list) -> GramFn:
     return gram
 
 
-def hash_ngram_matrix(texts: list[str], n: int = 3, dim: int = 1024):
-    """L2-normalized character n-gram feature hash of ``texts`` as a scipy CSR matrix.
+class HashNgram:
+    """BiPACE's HashNgram fingerprint (Sec. 3.4, App. K): character n-gram feature hash.
 
-    BiPACE's HashNgram control (Sec. 3.4, App. K): n-grams of the UTF-8 bytes, padded with n-1
-    boundary marks on each side (so the empty string still has features), hashed into ``dim``
-    buckets (a power of two) with a multiplicative hash, counts L2-normalized.
+    n-grams of the UTF-8 bytes, padded with n-1 boundary marks on each side (so the empty string
+    still has features), hashed into ``dim`` buckets (a power of two) by a multiplicative hash;
+    the count vector is L2-normalized. The n-gram bucket lists of all texts are computed once,
+    vectorized; :meth:`dense` builds the count rows of any subset of texts with one bincount.
     """
-    from scipy import sparse
 
-    if not (1 <= n <= 8):
-        raise ValueError(f"hash_ngram n must be in 1..8, got {n}")
-    if dim < 2 or dim & (dim - 1):
-        raise ValueError(f"hash_ngram dim must be a power of two >= 2, got {dim}")
-    pad_l, pad_r = "\x02" * (n - 1), "\x03" * (n - 1)
-    enc = [(pad_l + s + pad_r).encode("utf-8", "replace") for s in texts]
-    lens = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
-    buf = np.frombuffer(b"".join(enc), dtype=np.uint8).astype(np.uint64)
-    m = max(len(buf) - n + 1, 0)
-    code = np.zeros(m, dtype=np.uint64)
-    for j in range(n):
-        code |= buf[j : j + m] << np.uint64(8 * j)
-    row = np.repeat(np.arange(len(texts), dtype=np.int64), lens)[:m]
-    ends = np.cumsum(lens)[row] if m else np.zeros(0, np.int64)
-    valid = np.arange(m, dtype=np.int64) + n <= ends
-    shift = np.uint64(64 - int(dim).bit_length() + 1)
-    col = ((code[valid] * np.uint64(0x9E3779B97F4A7C15)) >> shift).astype(np.int64)
-    X = sparse.csr_matrix(
-        (np.ones(len(col), dtype=np.float32), (row[valid], col)), shape=(len(texts), dim), dtype=np.float32
-    )
-    X.sum_duplicates()
-    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-    scale = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0).astype(np.float32)
-    return sparse.diags(scale) @ X
+    def __init__(self, texts: list[str], n: int = 3, dim: int = 1024):
+        if not (1 <= n <= 8):
+            raise ValueError(f"hash_ngram n must be in 1..8, got {n}")
+        if dim < 2 or dim & (dim - 1):
+            raise ValueError(f"hash_ngram dim must be a power of two >= 2, got {dim}")
+        self.dim = dim
+        pad_l, pad_r = "\x02" * (n - 1), "\x03" * (n - 1)
+        enc = [(pad_l + s + pad_r).encode("utf-8", "replace") for s in texts]
+        lens = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
+        buf = np.frombuffer(b"".join(enc), dtype=np.uint8).astype(np.uint64)
+        m = max(len(buf) - n + 1, 0)
+        code = np.zeros(m, dtype=np.uint64)
+        for j in range(n):
+            code |= buf[j : j + m] << np.uint64(8 * j)
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        self.count = np.maximum(lens - n + 1, 0)  # n-grams per text (padding makes it >= n-1)
+        keep = np.ones(m, dtype=bool)  # drop n-grams that straddle two texts
+        for j in range(1, n):
+            cut = starts + lens - j
+            keep[cut[(cut >= 0) & (cut < m)]] = False
+        shift = np.uint64(65 - int(dim).bit_length())
+        self.col = ((code[keep] * np.uint64(0x9E3779B97F4A7C15)) >> shift).astype(np.int64)
+        self.start = np.concatenate([[0], np.cumsum(self.count)[:-1]]).astype(np.int64)
+
+    def dense(self, ids: np.ndarray) -> np.ndarray:
+        """L2-normalized float32 count rows of texts ``ids``."""
+        cnt = self.count[ids]
+        tot = int(cnt.sum())
+        row = np.repeat(np.arange(len(ids), dtype=np.int64), cnt)
+        # positions of each text's n-grams: start[id] + 0..count-1
+        off = np.arange(tot, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        cols = self.col[np.repeat(self.start[ids], cnt) + off]
+        X = np.bincount(row * self.dim + cols, minlength=len(ids) * self.dim).astype(np.float32)
+        X = X.reshape(len(ids), self.dim)
+        norm = np.sqrt(np.einsum("ij,ij->i", X, X))
+        return X * (1.0 / np.maximum(norm, 1e-30))[:, None]
 
 
 def text_gram(text_ids: np.ndarray, texts: list[str], n: int = 3, dim: int = 1024) -> GramFn:
-    """Gram of hash-n-gram features; rows are deduplicated by text id before the GEMM."""
-    X = hash_ngram_matrix(texts, n=n, dim=dim).tocsr()
+    """Gram of HashNgram fingerprints; rows are deduplicated by text id before the GEMM."""
+    H = HashNgram(texts, n=n, dim=dim)
 
     def gram(pos: np.ndarray) -> np.ndarray:
         u, inv = np.unique(text_ids[pos], return_inverse=True)
-        Xu = X[u].toarray()
+        Xu = H.dense(u)
         Gu = Xu @ Xu.T
         return Gu[inv[:, None], inv[None, :]]
 
@@ -135,9 +149,11 @@ def _chunk_cluster(
 ) -> list[np.ndarray]:
     """Algorithm 1 on several groups at once (``grams`` sorted by size, largest first).
 
-    ``gbuf``/``pbuf`` are scratch buffers of at least groups*N*N float32. Padding entries are
-    never read: a group is inactive once i >= its size, and P[g, k, j] is written when cluster k
-    is seeded, before any record j > seed reads it.
+    ``gbuf``/``pbuf`` are scratch buffers of at least groups*N*N float32. Only the upper triangle
+    of each Gram (j >= i) is read. Rows k < kmax of clusters a group has not seeded yet hold -2
+    (below any cosine; written when some group first uses row k), so the argmax needs no mask.
+    Other padding entries are never read: a group is inactive once i >= its size, and P[g, k, j]
+    is written when cluster k is seeded, before record j reads it.
     """
     sizes = np.array([g.shape[0] for g in grams], dtype=np.int64)
     ng, N = len(grams), int(sizes[0])
@@ -147,43 +163,40 @@ def _chunk_cluster(
         n = g.shape[0]
         Gm[gi, :n, :n] = g
         diag[gi, :n] = np.diagonal(g)
-    inv_root = np.divide(1.0, np.sqrt(diag), out=np.zeros_like(diag), where=diag > 0)
-    kcap = N
+    inv_root = (1.0 / np.sqrt(np.maximum(diag, 1e-30))) * (diag > 0)
     P = pbuf[: ng * N * N].reshape(ng, N, N)  # P[g, k, j] = centroid_k . x_j
-    cnt = np.zeros((ng, kcap), dtype=np.float32)
+    cnt = np.zeros((ng, N), dtype=np.float32)
     K = np.zeros(ng, dtype=np.int64)
     lab = np.zeros((ng, N), dtype=np.int64)
     thr = 1.0 - float(eps) - TOL  # join iff sim >= thr, i.e. 1 - sim <= eps (+TOL)
     n_active = np.searchsorted(-sizes, -np.arange(N), side="left")  # groups with more than i records
-    kidx = np.arange(kcap)
+    AR = np.arange(ng)
+    kmax = 0
     for i in range(N):
         na = int(n_active[i])
+        ar = AR[:na]
         if i == 0:
             new = np.ones(na, dtype=bool)
-            best = np.zeros(na, dtype=np.int64)
-            bsim = np.zeros(na, dtype=np.float32)
+            best = bsim = None
         else:
-            Ka = K[:na]
-            kmax = int(Ka.max())
             sims = P[:na, :kmax, i]
-            if int(Ka.min()) != kmax:
-                sims = np.where(kidx[:kmax] < Ka[:, None], sims, -np.inf)
             best = sims.argmax(axis=1)  # line 8 (ties: the oldest cluster)
-            bsim = sims[np.arange(na), best]
+            bsim = sims[ar, best]
             new = bsim < thr
-        if new.all():
-            gn, gj = np.arange(na), None
-        elif not new.any():
-            gn, gj = None, np.arange(na)
-        else:
-            gn, gj = np.flatnonzero(new), np.flatnonzero(~new)
+        nn = int(new.sum())
+        gn = ar if nn == na else (ar[new] if nn else None)
+        gj = None if nn == na else (ar if nn == 0 else ar[~new])
         if gn is not None:  # lines 6 and 13: seed a new cluster with x_i
             kn = K[gn]
+            top = int(kn.max()) + 1
+            if top > kmax:  # rows first used now: -2 for the groups that have not seeded them
+                P[:, kmax:top, i + 1 :] = -2.0
+                kmax = top
             lab[gn, i] = kn
             cnt[gn, kn] = 1.0
             if i + 1 < N:
                 P[gn, kn, i + 1 :] = Gm[gn, i, i + 1 :] * inv_root[gn, i, None]
-            K[gn] += 1
+            K[gn] = kn + 1
         if gj is not None:  # lines 10-11: join the nearest centroid and move it
             kj = best[gj]
             m = cnt[gj, kj] + 1.0
@@ -192,9 +205,8 @@ def _chunk_cluster(
             if update and i + 1 < N:
                 b = 1.0 / m
                 a = 1.0 - b
-                s = bsim[gj]
-                nrm = np.sqrt(np.maximum(a * a + 2.0 * a * b * s + b * b * diag[gj, i], 0.0))
-                inv = np.divide(1.0, nrm, out=np.zeros_like(nrm), where=nrm > 0)
+                nrm2 = a * a + 2.0 * a * b * bsim[gj] + b * b * diag[gj, i]
+                inv = 1.0 / np.sqrt(np.maximum(nrm2, 1e-30))
                 P[gj, kj, i + 1 :] = P[gj, kj, i + 1 :] * (a * inv)[:, None] + Gm[gj, i, i + 1 :] * (b * inv)[:, None]
     return [lab[gi, : sizes[gi]] for gi in range(ng)]
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import parts
 from .batch import Batch, factorize, factorize_rows
-from .cluster import auto_eps, dense_gram, greedy_cosine_partition, onehot_gram, text_gram
+from .cluster import TOL, auto_eps, dense_gram, greedy_cosine_partition, onehot_gram, text_gram
 
 
 @dataclass
@@ -126,6 +126,10 @@ def _action_key(default: str) -> Param:
 FIRST_N = Param(8, "N of the first_n action key (BiPACE Sec. 3.5: N=8)", "int", lo=1)
 
 # ============================================================================ estimators
+ONEHOT_SHORTCUT = True
+"""Use the exact observation key for embedder='obs_hash' with eps < 1 (tests switch it off to
+run the greedy clustering itself and check it returns the same partition)."""
+
 Out = tuple[np.ndarray, np.ndarray, dict[str, float]]  # advantages, step term, diagnostics
 
 
@@ -182,20 +186,24 @@ def hgpo(batch: Batch, gamma: float, w: float, norm: str, K: int, alpha: float) 
 
 def _fingerprints(batch: Batch) -> list:
     fps = batch.field("fingerprint", None)
-    missing = sum(f is None for f in fps)
+    missing = sum(1 for f in fps if f is None)
     if missing:
         raise ValueError(
             f"embedder='actor_hidden' needs a fingerprint on every record ({missing} of {len(fps)} lack it); "
             "attach them (see agentrl.credit.requirements) or use embedder='hash_ngram'"
         )
-    d = {len(f) for f in fps}
-    if len(d) != 1:
-        raise ValueError(f"fingerprints must all have the same length, got lengths {sorted(d)[:5]}")
     return fps
 
 
 def state_partition(batch: Batch, embedder: str, eps: Any, ngram: int, hash_dim: int) -> tuple[np.ndarray, dict]:
     """BiGPO's partition C_p (BiPACE Eq. 3) for the chosen fingerprint."""
+    if embedder == "obs_hash" and eps != "auto" and eps < 1.0 - TOL and ONEHOT_SHORTCUT:
+        # On one-hot vectors Algorithm 1 provably returns the hash classes for any eps < 1 (other
+        # hashes have cosine 0, a centroid of equal one-hots stays that one-hot); skip the loop.
+        key = parts.key_obs(batch)
+        diag = parts.partition_diagnostics(key)
+        diag["eps"] = float(eps)
+        return key, diag
     if embedder == "obs_hash":
         gram = onehot_gram(batch.obs_id)
     elif embedder == "hash_ngram":

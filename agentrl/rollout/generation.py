@@ -13,6 +13,7 @@ L+1 blocks under no_grad (no LM head, no logits).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
 import torch
@@ -51,14 +52,18 @@ class FingerprintCapture:
         self._handle = None
         self._captured: torch.Tensor | None = None
         self._armed = False
+        self.elapsed = 0.0
+        """Seconds spent inside the hook (the whole cost of capturing fingerprints)."""
 
     def _hook(self, module, args, output):
         if not self._armed:
             return
+        t0 = time.perf_counter()
         hs = output[0] if isinstance(output, tuple) else output
         if hs.dim() == 3:
             self._captured = hs[:, -1, :].detach().float().cpu()
             self._armed = False  # later decode steps are not the prefill
+        self.elapsed += time.perf_counter() - t0
 
     def arm(self) -> None:
         self._armed = True

@@ -44,14 +44,6 @@ from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fin
 
 
 # ----------------------------------------------------------------------------------- credit glue
-def _credit_module():
-    try:
-        from agentrl import credit
-    except ImportError:
-        return None
-    return credit if hasattr(credit, "compute") else None
-
-
 def credit_kwargs(args: AgentRLConfig) -> dict[str, Any]:
     """Keyword arguments passed to the credit module: ``gamma`` plus the recipe's credit_kwargs."""
     kw = {"gamma": args.gamma}
@@ -60,39 +52,18 @@ def credit_kwargs(args: AgentRLConfig) -> dict[str, Any]:
 
 
 def credit_requirements(name: str, kw: dict[str, Any]) -> frozenset:
-    mod = _credit_module()
-    if mod is None or not hasattr(mod, "requirements"):
-        return frozenset()
-    return frozenset(mod.requirements(name, **kw))
+    from agentrl import credit
 
-
-def _fallback_grpo(records: list[StepRecord]) -> tuple[np.ndarray, dict[str, float]]:
-    """Temporary stand-in used only when agentrl.credit is absent: episode return standardized
-    in its group (GRPO, BiPACE Eq. 1), broadcast to every step."""
-    ret: dict[str, float] = defaultdict(float)
-    group_of: dict[str, str] = {}
-    for r in records:
-        ret[r.traj_id] += r.reward
-        group_of[r.traj_id] = r.group_id
-    by_group: dict[str, list[float]] = defaultdict(list)
-    for tid, R in ret.items():
-        by_group[group_of[tid]].append(R)
-    stats = {g: (float(np.mean(v)), float(np.std(v))) for g, v in by_group.items()}
-    adv = {t: (R - stats[group_of[t]][0]) / (stats[group_of[t]][1] + 1e-6) for t, R in ret.items()}
-    zero = float(np.mean([s == 0 for _, s in stats.values()])) if stats else 0.0
-    return np.array([adv[r.traj_id] for r in records], dtype=np.float64), {"zero_std_group_frac": zero}
+    return frozenset(credit.requirements(name, **kw))
 
 
 def compute_credit(name: str, records: list[StepRecord], kw: dict[str, Any]) -> tuple[np.ndarray, dict[str, float]]:
     """Step advantages aligned with ``records`` + diagnostics, via agentrl.credit."""
     if not records:
         return np.zeros(0), {}
-    mod = _credit_module()
-    if mod is None:
-        if name != "grpo":
-            raise ValueError(f"credit {name!r} needs agentrl.credit, which is not installed")
-        return _fallback_grpo(records)
-    res = mod.compute(name, records, **kw)
+    from agentrl import credit
+
+    res = credit.compute(name, records, **kw)
     adv = np.asarray(res.step_advantages, dtype=np.float64)
     if adv.shape[0] != len(records):
         raise ValueError(f"credit {name!r} returned {adv.shape[0]} advantages for {len(records)} records")
@@ -190,11 +161,12 @@ class AgentGRPOTrainer(GRPOTrainer):
             if self._fp_capture is None:
                 self._fp_capture = FingerprintCapture(self._unwrapped(), self.args.fingerprint_layer)
             with self._fp_capture as cap:
+                cap.elapsed = 0.0
                 cap.arm()
                 completion_ids, _ = self._generate_single_turn(prompts, None, {}, num_generations=1)
                 t1 = time.perf_counter()
                 fps = cap.take()
-                self._fp_time += time.perf_counter() - t1
+                self._fp_time += time.perf_counter() - t1 + cap.elapsed
         else:
             completion_ids, _ = self._generate_single_turn(prompts, None, {}, num_generations=1)
         if self.need_fingerprint and self.use_vllm:

@@ -382,7 +382,7 @@ class SWEEnv(TextEnv):
         self._validated = False
         # a snippet around the change, as SWE-agent shows
         a, b = before.splitlines(), after.splitlines()
-        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         lo, hi = max(first - 3, 0), min(first + 4 + max(len(b) - len(a), 0), len(b))
         snippet = _numbered(b[lo:hi], lo + 1)
         return (f"The file {WORKDIR}/{rel} has been edited. Snippet of the result:\n{snippet}\n"
@@ -568,7 +568,7 @@ class SWEEnv(TextEnv):
     def _enforce_workspace_limit(self, before: dict, after: dict) -> str:
         sizes = []
         total = 0
-        for root, dirs, files in os.walk(self.repo):
+        for root, _dirs, files in os.walk(self.repo):
             for name in files:
                 p = os.path.join(root, name)
                 try:

@@ -37,6 +37,31 @@ _ETC_FILES = ("ld.so.cache", "ld.so.conf", "alternatives", "localtime", "nsswitc
 
 _uid_counter = itertools.count()
 
+# bwrap's outer process exits without reaping the namespace's pid 1, which is then re-parented to
+# init; where init does not reap (a container whose pid 1 is python), the zombies would count
+# against the jail uid's RLIMIT_NPROC. So every command runs under this tiny reaper: a child
+# subreaper (prctl PR_SET_CHILD_SUBREAPER = 36) that reaps all descendants and exits with the
+# command's status.
+_REAPER = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    try:\n"
+    "        os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "    finally:\n"
+    "        os._exit(127)\n"
+    "code = 1\n"
+    "while True:\n"
+    "    try:\n"
+    "        p, st = os.waitpid(-1, 0)\n"
+    "    except ChildProcessError:\n"
+    "        break\n"
+    "    if p == pid:\n"
+    "        code = os.waitstatus_to_exitcode(st)\n"
+    "sys.exit(code if code >= 0 else 128 - code)\n"
+)
+
 
 def bwrap_path() -> str | None:
     """Path of the bwrap binary, or None."""
@@ -154,7 +179,8 @@ class Sandbox:
     def _argv(self, command: list[str], workspace: Path, env: dict[str, str]) -> list[str]:
         lim = self.limits
         nproc = lim.nproc if self.is_root else _count_own_processes(self.uid) + lim.nproc
-        argv = ["prlimit", f"--nproc={nproc}", f"--as={lim.memory_mb << 20}", f"--cpu={lim.cpu_s}",
+        argv = [JAIL_PYTHON, "-I", "-S", "-c", _REAPER,
+                "prlimit", f"--nproc={nproc}", f"--as={lim.memory_mb << 20}", f"--cpu={lim.cpu_s}",
                 f"--fsize={lim.fsize_mb << 20}", "--core=0", "--",
                 bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
                 "--hostname", "sandbox",
@@ -235,19 +261,20 @@ class Sandbox:
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:
-        """Kill the jail: its pid-1 first (the kernel then kills the whole pid namespace and the
-        outer bwrap reaps it, leaving no zombie), then the outer process group."""
+        """Kill the jail: the namespace's pid 1 first (the kernel then kills everything in the
+        namespace), then bwrap, then the reaper's process group."""
         pids: list[int] = []
-        for stage in range(4):  # prlimit execs bwrap, bwrap forks the namespace's pid 1
-            try:
-                kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-            except OSError:
-                kids = []
-            pids = [int(k) for k in kids]
-            if pids or stage == 3:
-                break
-            time.sleep(0.01)
-        for pid in pids:
+        frontier = [proc.pid]
+        for _ in range(3):  # reaper -> bwrap (via prlimit's exec) -> the namespace's pid 1
+            kids = []
+            for pid in frontier:
+                try:
+                    kids += [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+                except OSError:
+                    pass
+            pids += kids
+            frontier = kids
+        for pid in reversed(pids):  # innermost first
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
@@ -78,7 +78,7 @@ def _load(folder: Path) -> Task:
                 patch=tuple(meta["patch"]))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_tasks() -> tuple[Task, ...]:
     """All shipped tasks, sorted by id."""
     return tuple(_load(d) for d in sorted(TASKS_DIR.iterdir()) if (d / "task.json").is_file())

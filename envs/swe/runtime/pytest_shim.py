@@ -90,7 +90,7 @@ class approx:
     def __eq__(self, other):
         if isinstance(self.expected, (list, tuple)):
             return (isinstance(other, (list, tuple)) and len(other) == len(self.expected)
-                    and all(self._close(a, b) for a, b in zip(other, self.expected)))
+                    and all(self._close(a, b) for a, b in zip(other, self.expected, strict=True)))
         try:
             return self._close(other, self.expected)
         except TypeError:
@@ -164,7 +164,7 @@ def _expand(name, fn):
             for v in values:
                 vals = v if len(names) > 1 else (v,)
                 label = "-".join(str(x) for x in vals)
-                new.append((f"{sid}-{label}" if sid else label, {**kw, **dict(zip(names, vals))}))
+                new.append((f"{sid}-{label}" if sid else label, {**kw, **dict(zip(names, vals, strict=False))}))
         cases = new
     return [(f"{name}[{sid}]" if sid else name, kw) for sid, kw in cases]
 
@@ -296,7 +296,7 @@ def main(args=None):
             failed += 1
             failures.append((rel, tid, e))
         if verbose:
-            print(f"{rel}::{tid} {dict(zip('.sF', ('PASSED', 'SKIPPED', 'FAILED')))[outcome]}")
+            print(f"{rel}::{tid} {dict(zip('.sF', ('PASSED', 'SKIPPED', 'FAILED'), strict=True))[outcome]}")
         else:
             if rel != current and not quiet:
                 print(("\n" if current else "") + rel + " ", end="")
@@ -308,7 +308,7 @@ def main(args=None):
         print()
     if failures:
         print("=" * 30 + " FAILURES " + "=" * 30)
-        for rel, tid, e in failures:
+        for _rel, tid, e in failures:
             print(f"{'_' * 10} {tid} {'_' * 10}")
             print(_format_failure(e))
         print("=" * 24 + " short test summary info " + "=" * 24)

@@ -1,0 +1,95 @@
+"""The planner expert on the task-relevant sub-problem.
+
+``AlfredExpert(expert_type="planner")`` asks Fast Downward (TextWorld's ``PddlState.replan``)
+for a plan on the *whole* game after every step. On kitchen games with ~45 objects that search
+took 0.1-90 s per call here (and over 60 s on some initial states), far too slow for an expert
+that labels every step.
+
+Distractor objects cannot change what the agent must do: the ALFWorld domain has no capacity
+constraints (``full`` is commented out in ``alfred.pddl``) and an object only matters to the
+goal through its type. So the same planner is run on the current state restricted to the
+objects the goal names (every instance of the target type and of the lamp type) plus whatever
+the agent holds; all receptacles, locations and receptacle facts stay. Object names are kept
+(the demangler numbers instances per type, and every instance of the relevant types is kept),
+so the plan's commands are the full game's commands. A plan from the reduced problem is
+executable in the full game; callers still check each command against the admissible list.
+"""
+
+from __future__ import annotations
+
+import re
+
+_GOAL_TYPE_RE = re.compile(r"\(\s*objectType\s+\?\w+\s+(\w+?)Type\s*\)", re.IGNORECASE)
+_DECL_RE = re.compile(r"^\s*(\S+)\s+-\s+(otype|rtype)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def goal_text(problem: str) -> str:
+    i = problem.find("(:goal")
+    if i < 0:
+        raise ValueError("PDDL problem has no (:goal ...)")
+    return problem[i:]
+
+
+def reduced_problem(problem: str, facts) -> str:
+    """PDDL problem for the current ``facts`` restricted to task-relevant objects.
+
+    Args:
+        problem: the game's original problem text (for the goal and the type constants).
+        facts: current positive facts (TextWorld Propositions with the PDDL names).
+    """
+    facts = list(facts)   # may be a generator (State.facts)
+    goal = goal_text(problem)
+    goal_types = {t.lower() + "type" for t in _GOAL_TYPE_RE.findall(goal)}
+    object_type = {}
+    held = set()
+    for f in facts:
+        name = f.name.lower()
+        if name == "objecttype":
+            object_type[f.arguments[0].name] = f.arguments[1].name.lower()
+        elif name == "holds":
+            held.add(f.arguments[1].name)
+    keep_objects = {o for o, t in object_type.items() if t in goal_types} | held
+
+    decls: dict[str, str] = {}
+    init = []
+    for f in facts:
+        if f.name.startswith("new-axiom@"):
+            continue
+        args = f.arguments
+        if any(v.type == "object" and v.name not in keep_objects for v in args):
+            continue
+        for v in args:
+            decls[v.name] = v.type
+        init.append("(" + " ".join([f.name] + [v.name for v in args]) + ")")
+    for name, typ in _DECL_RE.findall(problem):   # domain actions name SinkBasinType, KnifeType...
+        decls.setdefault(name.lower(), typ.lower())
+    objects = "\n        ".join(f"{n} - {t}" for n, t in sorted(decls.items()))
+    inits = "\n        ".join(sorted(init))
+    return (f"(define (problem replan)\n    (:domain alfred)\n"
+            f"    (:objects\n        {objects}\n    )\n"
+            f"    (:init\n        {inits}\n    )\n{goal}")
+
+
+class SubproblemPlanner:
+    """Fast Downward (through TextWorld) on :func:`reduced_problem`; own libdownward copy."""
+
+    def __init__(self):
+        import fast_downward
+
+        self._lib = fast_downward.load_lib()
+
+    def plan(self, pddl_env) -> list[str]:
+        """Plan (ALFWorld commands) from the current state of a loaded, reset ``PddlEnv``."""
+        from textworld.envs.pddl import logic as pddl_logic
+
+        problem = reduced_problem(pddl_env._game_data["pddl_problem"], pddl_env._pddl_state.facts)
+        state = pddl_logic.PddlState(self._lib, problem, pddl_env._logic)
+        return list(state.replan(pddl_env._entity_infos) or [])
+
+    def close(self):
+        try:
+            import fast_downward
+
+            fast_downward.close_lib(self._lib)
+        except Exception:
+            pass

@@ -1,0 +1,241 @@
+"""Identities and hypothesis property tests: reductions between estimators, permutation
+equivariance, zero advantages for equal returns, no NaN/inf for degenerate inputs, and the
+greedy clustering against a direct implementation of BiPACE Algorithm 1."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from agentrl.credit import available, compute, estimators
+from agentrl.credit.batch import Batch
+from agentrl.credit.cluster import TOL, auto_eps, dense_gram, greedy_cosine_partition, onehot_gram
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+OBS = ["", "kitchen", "kitchen ", "hall", "a cabinet 1", "a cabinet 2"]
+ACTS = ["", "go", "<action>go</action>", "take", "<action></action>", "look"]
+
+
+@st.composite
+def batches(draw, equal_returns=False):
+    """Random small batches: 1-3 groups of 1-4 rollouts of 1-5 steps, repeated observations,
+    empty strings, 0/1 (or constant) rewards, fingerprints (sometimes all-zero) and token ids."""
+    recs = []
+    const = draw(st.sampled_from([0.0, 1.0, 0.3]))
+    for g in range(draw(st.integers(1, 3))):
+        for r in range(draw(st.integers(1, 4))):
+            T = draw(st.integers(1, 5))
+            for t in range(T):
+                o = draw(st.integers(0, len(OBS) - 1))
+                fp = [0.0, 0.0, 0.0] if o == 0 else [1.0, float(o % 3), float(o % 2)]
+                recs.append(
+                    {
+                        "group_id": f"g{g}",
+                        "traj_id": f"g{g}-r{r}",
+                        "t": t,
+                        "obs": OBS[o],
+                        "action": draw(st.sampled_from(ACTS)),
+                        "reward": const if equal_returns else float(draw(st.sampled_from([0.0, 0.0, 1.0, 0.5]))),
+                        "done": t == T - 1,
+                        "fingerprint": fp,
+                        "action_token_ids": draw(st.lists(st.integers(0, 3), max_size=10)),
+                        "state_sig": OBS[o][:3],
+                        "action_sig": "s",
+                    }
+                )
+    return recs
+
+
+CASES = [(n, {}) for n in available()] + [
+    ("bigpo", {"embedder": "hash_ngram", "eps": 0.3}),
+    ("bigpo", {"embedder": "obs_hash", "eps": 1.5}),
+    ("bipace_q", {"eps": "auto"}),
+    ("salt", {"match": "embedding", "sim_threshold": 0.9}),
+    ("rtmc", {"signature": "history", "std_norm": True}),
+    ("hgpo", {"K": 3, "alpha": 2.0, "norm": "mean"}),
+]
+
+
+@SETTINGS
+@given(batches(), st.randoms(use_true_random=False))
+def test_no_nan_and_permutation_equivariance(recs, rnd):
+    # Shuffle whole trajectories and the records inside the batch: every output is the same
+    # per record (bit for bit), and nothing is NaN/inf.
+    perm = list(range(len(recs)))
+    rnd.shuffle(perm)
+    shuffled = [recs[i] for i in perm]
+    for name, kw in CASES:
+        a = compute(name, recs, **kw)
+        b = compute(name, shuffled, **kw)
+        assert np.isfinite(a.step_advantages).all(), name
+        assert np.array_equal(a.step_advantages[perm], b.step_advantages), (name, kw)
+        assert a.diagnostics == b.diagnostics, (name, kw)
+        assert all(math.isfinite(v) for v in a.diagnostics.values()), name
+
+
+@SETTINGS
+@given(batches(equal_returns=True))
+def test_equal_returns_give_zero_advantages(recs):
+    # one-step episodes, every reward equal: all returns tie, so every estimator gives exactly 0
+    flat = [dict(r, t=0, done=True, traj_id=f"{r['traj_id']}-{r['t']}") for r in recs]
+    for name in available():
+        kw = {"n_prior": 0.0} if name == "rtmc" else {}
+        res = compute(name, flat, **kw)
+        assert np.all(res.step_advantages == 0.0), name
+
+
+def test_equal_returns_multistep_zero():
+    # three rollouts, terminal reward 1 each, gamma 1: every R_t and every R(tau) is 1 -> exactly 0
+    recs = []
+    for r in range(3):
+        for t in range(4):
+            recs.append(dict(group_id="g", traj_id=f"r{r}", t=t, obs=f"o{t % 2}", action=f"a{(t + r) % 3}",
+                             reward=float(t == 3), done=t == 3, fingerprint=[1.0, t], action_token_ids=[t]))
+    for name in available():
+        kw = {"n_prior": 0.0} if name == "rtmc" else {}
+        res = compute(name, recs, gamma=1.0, **kw)
+        assert np.all(res.step_advantages == 0.0), name
+
+
+@SETTINGS
+@given(batches())
+def test_bigpo_obs_hash_eps0_equals_gigpo(recs):
+    # BiPACE Sec. 3.4 / App. O: one-hot observation hash with eps = 0 recovers GiGPO exactly; run
+    # the greedy clustering itself (shortcut off), for both norms.
+    estimators.ONEHOT_SHORTCUT = False
+    try:
+        for norm in ("mean_std", "mean"):
+            g = compute("gigpo", recs, norm=norm)
+            b = compute("bigpo", recs, embedder="obs_hash", eps=0.0, norm=norm)
+            assert np.array_equal(g.step_advantages, b.step_advantages)
+    finally:
+        estimators.ONEHOT_SHORTCUT = True
+
+
+@SETTINGS
+@given(batches())
+def test_hgpo_k0_equals_gigpo(recs):
+    # with only level 0 the hierarchy is GiGPO's observation grouping (weights cancel)
+    assert np.array_equal(compute("hgpo", recs, K=0).step_advantages, compute("gigpo", recs).step_advantages)
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from([0.0, 1.0, 0.5]), min_size=1, max_size=6))
+def test_one_state_key_reduces_to_trajectory_level(final):
+    # Every step in one state key, equal-length trajectories, gamma 1, terminal-style returns:
+    # GiGPO's step term (norm='mean') is R(tau) - mean, i.e. GRPO with scale='none'; RTMC with one
+    # state signature and the rollout id as action signature gives Q - V = R(tau) - mean too.
+    recs = []
+    for i, f in enumerate(final):
+        for t, r in enumerate([0.0, 0.0, f]):  # terminal reward: R_t = R(tau) at every step
+            recs.append(dict(group_id="g", traj_id=f"r{i}", t=t, obs="same", action=f"a{i}{t}", reward=r, done=t == 2,
+                             state_sig="root", action_sig=f"r{i}"))
+    grpo = compute("grpo", recs, scale="none").step_advantages
+    gig = compute("gigpo", recs, gamma=1.0, norm="mean")
+    np.testing.assert_allclose(gig.step_term, grpo, atol=1e-12)
+    rt = compute("rtmc", recs, gamma=1.0, n_prior=0, signature="env")
+    np.testing.assert_allclose(rt.step_advantages, grpo, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- clustering
+def reference_algorithm1(X, eps):
+    """BiPACE App. D Algorithm 1, written directly from the pseudocode (float64)."""
+    cents, members, labels, margin = [], [], [], np.inf
+    for x in X:
+        if not cents:
+            cents.append(x.copy())
+            members.append(1)
+            labels.append(0)
+            continue
+        sims = np.array([x @ c for c in cents])
+        k = int(np.argmax(sims))
+        margin = min(margin, abs((1 - sims[k]) - eps))
+        if len(sims) > 1:
+            top2 = np.sort(sims)[-2:]
+            margin = min(margin, top2[1] - top2[0])
+        if 1 - sims[k] <= eps:
+            members[k] += 1
+            c = cents[k] + (x - cents[k]) / members[k]
+            cents[k] = c / np.linalg.norm(c)
+            labels.append(k)
+        else:
+            cents.append(x.copy())
+            members.append(1)
+            labels.append(len(cents) - 1)
+    return np.array(labels), margin
+
+
+@SETTINGS
+@given(
+    st.lists(st.integers(1, 40), min_size=1, max_size=4),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from([0.0, 0.02, 0.1, 0.3, 0.8]),
+)
+def test_greedy_clustering_matches_algorithm1(group_sizes, seed, eps):
+    rng = np.random.default_rng(seed)
+    recs, X = [], []
+    for g, n in enumerate(group_sizes):
+        centers = rng.standard_normal((3, 6))
+        for i in range(n):
+            x = centers[rng.integers(0, 3)] + 0.3 * rng.standard_normal(6)
+            X.append(x / np.linalg.norm(x))
+            recs.append(dict(group_id=f"g{g}", traj_id=f"g{g}-{i:03d}", t=0, obs="o", action="a", reward=0.0, done=True))
+    X = np.array(X)
+    batch = Batch(recs)  # canonical order == input order here (ids sorted)
+    labels = greedy_cosine_partition(batch, dense_gram(X.astype(np.float32)), eps)
+    start = 0
+    for n in group_sizes:
+        ref, margin = reference_algorithm1(X[start : start + n], eps)
+        assume(margin > 1e-4)  # float32 vs float64 may disagree at an exact boundary
+        got = labels[start : start + n]
+        assert np.array_equal(got - got.min(), ref), (got, ref)
+        start += n
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=60), st.sampled_from([0.0, 0.1, 0.5, 0.99]))
+def test_greedy_on_onehot_is_the_hash_partition(ids, eps):
+    recs = [dict(group_id="g", traj_id=f"r{i:03d}", t=0, obs=str(o), action="a", reward=0.0, done=True)
+            for i, o in enumerate(ids)]
+    batch = Batch(recs)
+    lab = greedy_cosine_partition(batch, onehot_gram(batch.obs_id), eps)
+    # same label <=> same id
+    ids = np.array(ids)
+    assert np.array_equal(lab[:, None] == lab[None, :], ids[:, None] == ids[None, :])
+
+
+def test_auto_eps_binary_search():
+    # 8 orthogonal directions x 5 noisy copies: any eps in [0.02, 0.4] gives 8 clusters of 5, so the
+    # first probe (0.02 + 0.40) / 2 = 0.21 already has median 5 in [4, 8]
+    rng = np.random.default_rng(0)
+    X, recs = [], []
+    for i in range(40):
+        v = np.eye(8)[i % 8] + 0.01 * rng.standard_normal(8)
+        X.append(v)
+        recs.append(dict(group_id="g", traj_id=f"r{i:02d}", t=0, obs="o", action="a", reward=0.0, done=True,
+                         fingerprint=v.tolist()))
+    eps, lab = auto_eps(Batch(recs), dense_gram(np.array(X, dtype=np.float32)))
+    assert eps == pytest.approx(0.21) and np.median(np.bincount(lab)) == 5
+    res = compute("bigpo", recs, eps="auto")
+    assert res.diagnostics["eps"] == pytest.approx(0.21) and res.kwargs["eps"] == pytest.approx(0.21)
+    # all-orthogonal records: median stays 1 < 4, every probe moves lo up:
+    # 0.21, 0.305, 0.3525, 0.37625, 0.388125, 0.3940625 (six probes)
+    recs1 = [dict(r, fingerprint=np.eye(40)[i].tolist()) for i, r in enumerate(recs)]
+    assert compute("bigpo", recs1, eps="auto").diagnostics["eps"] == pytest.approx(0.3940625)
+
+
+def test_hash_ngram_similarity():
+    from agentrl.credit.cluster import HashNgram
+
+    texts = ["you see a cabinet 1 and a drawer 2", "you see a cabinet 1 and a drawer 3", "xyzzy", "", ""]
+    X = HashNgram(texts).dense(np.arange(5))
+    G = X @ X.T
+    assert np.allclose(np.diag(G), 1.0, atol=1e-6)  # the empty string still has boundary n-grams
+    assert G[3, 4] == pytest.approx(1.0)
+    assert G[0, 1] > 0.8 and G[0, 2] < 0.3
+    assert 0.0 <= TOL < 1e-3
