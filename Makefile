@@ -13,7 +13,8 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo demo-quick test test-fast lint bench clean help
+.PHONY: setup demo demo-quick test test-fast lint bench clean help check-recipes \
+	repro-bipace repro-salt repro-rtmc repro-bipace-cpu repro-salt-cpu repro-rtmc-cpu
 
 help:
 	@echo "make demo   - set up, then SFT warm start + RL + held-out eval on CPU (runs/demo)"
@@ -21,6 +22,9 @@ help:
 	@echo "make setup  - venv + CPU torch + agentrl[$(EXTRAS)] + system packages (idempotent)"
 	@echo "make lint   - ruff"
 	@echo "make bench  - credit-module benchmark (100k records)"
+	@echo "make repro-bipace|repro-salt|repro-rtmc [SEEDS='0 1 2'] [VLLM=1] - the papers' GPU runs"
+	@echo "make repro-bipace-cpu|repro-salt-cpu|repro-rtmc-cpu - SmolLM2 CPU subsets (minutes)"
+	@echo "make -n <target> shows the exact commands"
 
 setup: $(VENV)/.setup-done
 
@@ -62,3 +66,41 @@ bench: setup
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis
+
+# --- Reproducing the papers (README "Reproducing the papers") ------------------------------
+# One `accelerate launch` per recipe and seed; `make -n repro-bipace` prints them all.
+SEEDS ?= 0 1 2
+GPU_ACCELERATE_CONFIG ?= accelerate_configs/zero3.yaml
+CPU_ACCELERATE_CONFIG ?= accelerate_configs/cpu.yaml
+# VLLM=1 generates with vLLM colocated on the training GPUs (pip install 'agentrl[vllm]').
+VLLM_FLAGS := $(if $(VLLM),--use_vllm true --vllm_mode colocate,)
+RUNS ?= runs
+
+# $(1) accelerate config, $(2) recipe, $(3) seed, $(4) extra flags
+define LAUNCH
+$(BIN)/accelerate launch --config_file $(1) -m agentrl.train $(2) --seed $(3) --output_dir $(RUNS)/$(notdir $(patsubst %/,%,$(dir $(2))))/$(basename $(notdir $(2)))/seed$(3) $(4)
+
+endef
+
+repro-bipace: setup
+	$(foreach r,$(sort $(wildcard recipes/bipace/*.yaml)),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+
+repro-salt: setup
+	$(foreach r,$(sort $(wildcard recipes/salt/*.yaml)),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+
+repro-rtmc: setup
+	$(foreach r,$(sort $(wildcard recipes/rtmc/*.yaml)),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+
+CPU_SEEDS ?= 0
+repro-bipace-cpu: setup
+	$(foreach r,$(sort $(wildcard recipes/cpu/bipace_*.yaml)),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+
+repro-salt-cpu: setup
+	$(foreach r,$(sort $(wildcard recipes/cpu/salt_*.yaml)),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+
+repro-rtmc-cpu: setup
+	$(foreach r,$(sort $(wildcard recipes/cpu/rtmc_*.yaml)),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+
+check-recipes: setup
+	@set -e; for r in $(sort $(wildcard recipes/*.yaml recipes/*/*.yaml)); do \
+	  printf '%s: ' $$r; $(BIN)/python -m agentrl check-recipe $$r; done

@@ -8,8 +8,10 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "compare":
-        print("usage: python -m agentrl.credit compare ROLLOUTS.jsonl [--estimators a,b,...] [--set EST.KW=V] [--json]",
-              file=sys.stderr)
+        print(
+            "usage: python -m agentrl.credit compare ROLLOUTS.jsonl [--estimators a,b,...] [--set EST.KW=V] [--json]",
+            file=sys.stderr,
+        )
         return 2
     from .compare import main as compare_main
 

@@ -42,7 +42,9 @@ def _required_columns(records: Sequence[Any]) -> list[list[Any]]:
         missing = [k for k in REQUIRED if any(v is _MISSING for v in get(k, _MISSING))]
         if not missing:  # mixed dicts and objects: slow path
             return [get(k) for k in REQUIRED]
-        raise ValueError(f"step records lack required field(s) {missing}; required: {list(REQUIRED)}") from None
+        raise ValueError(
+            f"step records lack required field(s) {missing}; required: {list(REQUIRED)}"
+        ) from None
 
 
 def factorize(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -122,7 +124,9 @@ class Batch:
             dup = ~newtraj[1:] & (t[1:] == t[:-1])
             if dup.any():
                 p = int(order[int(np.flatnonzero(dup)[0]) + 1])
-                raise ValueError(f"duplicate step t={int(t_in[p])} in trajectory {tid[p]!r} of group {gid[p]!r}")
+                raise ValueError(
+                    f"duplicate step t={int(t_in[p])} in trajectory {tid[p]!r} of group {gid[p]!r}"
+                )
         # dense group ids in sorted order
         newgroup = np.ones(n, dtype=bool)
         if n:

@@ -98,23 +98,40 @@ class HashNgram:
         if dim < 2 or dim & (dim - 1):
             raise ValueError(f"hash_ngram dim must be a power of two >= 2, got {dim}")
         self.dim = dim
+        self.n = n
         pad_l, pad_r = "\x02" * (n - 1), "\x03" * (n - 1)
-        enc = [(pad_l + s + pad_r).encode("utf-8", "replace") for s in texts]
+        cols, counts = [], []
+        block = 4096  # texts per block: keeps the temporaries small (reused, not page-faulted)
+        for b0 in range(0, len(texts), block):
+            enc = [(pad_l + s + pad_r).encode("utf-8", "replace") for s in texts[b0 : b0 + block]]
+            c, k = self._hash_block(enc)
+            cols.append(c)
+            counts.append(k)
+        self.count = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+        self.col = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+        self.start = np.concatenate([[0], np.cumsum(self.count)[:-1]]).astype(np.int64)
+
+    def _hash_block(self, enc: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        n = self.n
         lens = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
-        buf = np.frombuffer(b"".join(enc), dtype=np.uint8).astype(np.uint64)
+        wide = np.uint64 if n > 4 else np.uint32  # n bytes per n-gram code
+        buf = np.frombuffer(b"".join(enc), dtype=np.uint8).astype(wide)
         m = max(len(buf) - n + 1, 0)
-        code = np.zeros(m, dtype=np.uint64)
-        for j in range(n):
-            code |= buf[j : j + m] << np.uint64(8 * j)
+        code = buf[:m].copy()
+        for j in range(1, n):
+            code |= buf[j : j + m] << wide(8 * j)
         starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
-        self.count = np.maximum(lens - n + 1, 0)  # n-grams per text (padding makes it >= n-1)
+        count = np.maximum(lens - n + 1, 0)  # n-grams per text (padding makes it >= n-1)
         keep = np.ones(m, dtype=bool)  # drop n-grams that straddle two texts
         for j in range(1, n):
             cut = starts + lens - j
             keep[cut[(cut >= 0) & (cut < m)]] = False
-        shift = np.uint64(65 - int(dim).bit_length())
-        self.col = ((code[keep] * np.uint64(0x9E3779B97F4A7C15)) >> shift).astype(np.int64)
-        self.start = np.concatenate([[0], np.cumsum(self.count)[:-1]]).astype(np.int64)
+        bits = int(self.dim).bit_length() - 1
+        if wide is np.uint32:  # Knuth's multiplicative hash, top bits
+            col = (code[keep] * np.uint32(2654435761)) >> np.uint32(32 - bits)
+        else:
+            col = (code[keep] * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)
+        return col.astype(np.int64), count
 
     def dense(self, ids: np.ndarray) -> np.ndarray:
         """L2-normalized float32 count rows of texts ``ids``."""
@@ -207,7 +224,9 @@ def _chunk_cluster(
                 a = 1.0 - b
                 nrm2 = a * a + 2.0 * a * b * bsim[gj] + b * b * diag[gj, i]
                 inv = 1.0 / np.sqrt(np.maximum(nrm2, 1e-30))
-                P[gj, kj, i + 1 :] = P[gj, kj, i + 1 :] * (a * inv)[:, None] + Gm[gj, i, i + 1 :] * (b * inv)[:, None]
+                P[gj, kj, i + 1 :] = (
+                    P[gj, kj, i + 1 :] * (a * inv)[:, None] + Gm[gj, i, i + 1 :] * (b * inv)[:, None]
+                )
     return [lab[gi, : sizes[gi]] for gi in range(ng)]
 
 
@@ -236,7 +255,9 @@ def greedy_cosine_partition(batch: Batch, gram: GramFn, eps: float, update: bool
         per = max(1, cap // (N * N))
         chunk = by_size[p : p + per]
         grams = [gram(np.arange(starts[g], ends[g])) for g in chunk]
-        for g, lab in zip(chunk, _chunk_cluster(grams, eps, update, gbuf, pbuf), strict=True):
+        with np.errstate(invalid="ignore", over="ignore"):  # uninitialized padding is never read
+            labs = _chunk_cluster(grams, eps, update, gbuf, pbuf)
+        for g, lab in zip(chunk, labs, strict=True):
             local[starts[g] : ends[g]] = lab
             ncl[g] = int(lab.max()) + 1
         p += per
@@ -245,7 +266,12 @@ def greedy_cosine_partition(batch: Batch, gram: GramFn, eps: float, update: bool
 
 
 def auto_eps(
-    batch: Batch, gram: GramFn, lo: float = 0.02, hi: float = 0.40, target: tuple[int, int] = (4, 8), probes: int = 6
+    batch: Batch,
+    gram: GramFn,
+    lo: float = 0.02,
+    hi: float = 0.40,
+    target: tuple[int, int] = (4, 8),
+    probes: int = 6,
 ) -> tuple[float, np.ndarray]:
     """BiPACE App. F: binary-search eps in [lo, hi] for a median cluster size in ``target``.
 

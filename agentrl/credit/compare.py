@@ -46,8 +46,11 @@ def _parse_kw(items: list[str]) -> dict[str, dict[str, Any]]:
 def run(records: list[dict[str, Any]], names: list[str], kw: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Compute every estimator on ``records``; returns results, skipped names and correlations."""
     batch = Batch.from_records(records)
-    present = {f for f in ("action_token_ids", "fingerprint", "state_sig", "action_sig") if all(
-        r.get(f) is not None for r in records)}
+    present = {
+        f
+        for f in ("action_token_ids", "fingerprint", "state_sig", "action_sig")
+        if all(r.get(f) is not None for r in records)
+    }
     results, skipped = {}, {}
     for name in names:
         need = requirements(name, **kw.get(name, {}))
@@ -58,22 +61,30 @@ def run(records: list[dict[str, Any]], names: list[str], kw: dict[str, dict[str,
             continue
         results[name] = compute(name, batch, **kw.get(name, {}))
     corr = {
-        a: {b: _spearman(results[a].step_advantages, results[b].step_advantages) for b in results} for a in results
+        a: {b: _spearman(results[a].step_advantages, results[b].step_advantages) for b in results}
+        for a in results
     }
     return {"results": results, "skipped": skipped, "spearman": corr}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="agentrl credit compare", description="Compare credit estimators on saved rollouts (JSONL step records)."
+        prog="agentrl credit compare",
+        description="Compare credit estimators on saved rollouts (JSONL step records).",
     )
     ap.add_argument("rollouts", help="JSONL file of step records (one JSON object per line)")
-    ap.add_argument("--estimators", default=None, help=f"comma-separated names (default: all of {', '.join(available())})")
-    ap.add_argument("--set", action="append", default=[], metavar="EST.KWARG=VALUE", help="estimator kwarg, repeatable")
+    ap.add_argument(
+        "--estimators", default=None, help=f"comma-separated names (default: all of {', '.join(available())})"
+    )
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="EST.KWARG=VALUE", help="estimator kwarg, repeatable"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     args = ap.parse_args(argv)
     try:
-        names = [s.strip() for s in args.estimators.split(",") if s.strip()] if args.estimators else available()
+        names = (
+            [s.strip() for s in args.estimators.split(",") if s.strip()] if args.estimators else available()
+        )
         kw = _parse_kw(args.set)
         for n in names:
             validate(n, **kw.get(n, {}))
@@ -99,11 +110,17 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "records": len(records),
                     "estimators": {
-                        n: {"step_signal_frac": r.diagnostics["step_signal_frac"], "diagnostics": r.diagnostics}
+                        n: {
+                            "step_signal_frac": r.diagnostics["step_signal_frac"],
+                            "diagnostics": r.diagnostics,
+                        }
                         for n, r in res.items()
                     },
                     "skipped": out["skipped"],
-                    "spearman": {a: {b: (None if np.isnan(v) else round(v, 4)) for b, v in row.items()} for a, row in corr.items()},
+                    "spearman": {
+                        a: {b: (None if np.isnan(v) else round(v, 4)) for b, v in row.items()}
+                        for a, row in corr.items()
+                    },
                 },
                 indent=1,
             )
@@ -121,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         names_ok = list(res)
         print(" " * 12 + "".join(f"{n[:11]:>12}" for n in names_ok))
         for a in names_ok:
-            cells = "".join(f"{'nan' if np.isnan(corr[a][b]) else format(corr[a][b], '.3f'):>12}" for b in names_ok)
+            cells = "".join(
+                f"{'nan' if np.isnan(corr[a][b]) else format(corr[a][b], '.3f'):>12}" for b in names_ok
+            )
             print(f"{a:<12}{cells}")
     return 0
 

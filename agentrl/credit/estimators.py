@@ -80,7 +80,9 @@ class Param:
 
 
 GAMMA = Param(0.95, "discount for returns-to-go R_t (BiPACE App. I: 0.95)", "float", lo=0.0, hi=1.0)
-W = Param(1.0, "weight of the step term in A_ep + w * A_step (GiGPO/BiPACE Eq. 8); 0 leaves A_ep only", "float")
+W = Param(
+    1.0, "weight of the step term in A_ep + w * A_step (GiGPO/BiPACE Eq. 8); 0 leaves A_ep only", "float"
+)
 NORM = Param(
     "mean_std",
     "'mean_std': (x - mean) / (std + 1e-6) (Eqs. 1-2); 'mean': x - mean. Applied to both terms",
@@ -195,7 +197,9 @@ def _fingerprints(batch: Batch) -> list:
     return fps
 
 
-def state_partition(batch: Batch, embedder: str, eps: Any, ngram: int, hash_dim: int) -> tuple[np.ndarray, dict]:
+def state_partition(
+    batch: Batch, embedder: str, eps: Any, ngram: int, hash_dim: int
+) -> tuple[np.ndarray, dict]:
     """BiGPO's partition C_p (BiPACE Eq. 3) for the chosen fingerprint."""
     if embedder == "obs_hash" and eps != "auto" and eps < 1.0 - TOL and ONEHOT_SHORTCUT:
         # On one-hot vectors Algorithm 1 provably returns the hash classes for any eps < 1 (other
@@ -219,7 +223,9 @@ def state_partition(batch: Batch, embedder: str, eps: Any, ngram: int, hash_dim:
     return key, diag
 
 
-def bigpo(batch: Batch, gamma: float, w: float, norm: str, embedder: str, eps: Any, ngram: int, hash_dim: int) -> Out:
+def bigpo(
+    batch: Batch, gamma: float, w: float, norm: str, embedder: str, eps: Any, ngram: int, hash_dim: int
+) -> Out:
     """GiGPO's A_ep + w * A_step on BiGPO's cosine-cluster partition (BiPACE Sec. 3.4)."""
     key, diag = state_partition(batch, embedder, eps, ngram, hash_dim)
     adv, a_step, _ = _step_combiner(batch, gamma, w, norm, key)
@@ -287,7 +293,9 @@ def rtmc(batch: Batch, gamma: float, n_prior: float, std_norm: bool, signature: 
     N_s = np.bincount(S[fm], minlength=nS).astype(np.float64)
     D_s = np.bincount(S[fm], weights=d[fm], minlength=nS)
     succ = batch.traj_success().astype(np.float64)
-    v_prior = np.bincount(batch.traj_group, weights=succ) / np.bincount(batch.traj_group)  # group success rate
+    v_prior = np.bincount(batch.traj_group, weights=succ) / np.bincount(
+        batch.traj_group
+    )  # group success rate
     q = D_sa[node] / N_sa[node]  # Eq. 7 (minus ref)
     # Eq. 8 visit-weighted V, smoothed by Eq. 11: (n V + n_prior V_prior) / (n + n_prior)
     v = (D_s[S] + n_prior * (v_prior[batch.group] - ref[S])) / (N_s[S] + n_prior)
@@ -332,14 +340,15 @@ def _salt_edge_key(batch: Batch, h: int) -> np.ndarray:
     return factorize_rows(*cols)[0]
 
 
-def _salt_edge_texts(batch: Batch, h: int) -> list[str]:
+def _salt_edge_texts(batch: Batch, h: int, positions: np.ndarray) -> list[str]:
+    """Readable text of the edges at ``positions``: the h state pairs, the action, the result."""
     obs = batch.obs_strings
     act = list(batch._act_table)
     cols = [(batch.lag("act", j + 1), batch.lag("obs", j)) for j in range(h - 1, -1, -1)]
     nxt = np.full(batch.n, -1, dtype=np.int64)
     nxt[batch.has_next] = batch.obs_id[np.flatnonzero(batch.has_next) + 1]
     out = []
-    for p in range(batch.n):
+    for p in positions:
         parts_ = []
         for a, o in cols:
             if o[p] >= 0:
@@ -366,18 +375,22 @@ def salt(
     else:
         a_traj = parts.leave_one_out(batch.episode_return(), batch.traj_group)
     a0 = a_traj[batch.traj]
-    if match == "exact":
-        edge = _salt_edge_key(batch, h)
-    else:  # App. B.2: edges equivalent when their embeddings' cosine similarity >= threshold
-        texts = _salt_edge_texts(batch, h)
+    edge = _salt_edge_key(batch, h)
+    if (
+        match == "embedding"
+    ):  # App. B.2: edges equivalent when their embeddings' cosine similarity >= threshold
+        # identical edges share one text (and one embedding call)
+        _, first = factorize_rows(edge)
+        texts = _salt_edge_texts(batch, h, first)
         if embed_fn is None:
-            tid, uniq = factorize(texts)
-            gram = text_gram(tid, uniq, n=ngram, dim=hash_dim)
+            gram = text_gram(edge, texts, n=ngram, dim=hash_dim)
         else:
             E = np.asarray(embed_fn(texts), dtype=np.float32)
-            if E.ndim != 2 or E.shape[0] != batch.n:
-                raise ValueError(f"salt embed_fn must return an array of shape ({batch.n}, d), got {E.shape}")
-            gram = dense_gram(E)
+            if E.ndim != 2 or E.shape[0] != len(texts):
+                raise ValueError(
+                    f"salt embed_fn must return an array of shape ({len(texts)}, d), got {E.shape}"
+                )
+            gram = dense_gram(E[edge])
         # leader clustering: a new edge merges into an existing graph edge (its first member)
         edge = greedy_cosine_partition(batch, gram, 1.0 - sim_threshold, update=False)
     size = np.bincount(edge)[edge]
@@ -463,26 +476,66 @@ register(
             "gamma": GAMMA,
             "w": W,
             "norm": NORM,
-            "K": Param(2, "deepest history level: groups share the current obs and the last K (obs, action) pairs", "int", lo=0),
-            "alpha": Param(1.0, "level weights w_k = (k+1)^alpha (alpha > 0 favors deeper, more consistent groups)", "float"),
+            "K": Param(
+                2,
+                "deepest history level: groups share the current obs and the last K (obs, action) pairs",
+                "int",
+                lo=0,
+            ),
+            "alpha": Param(
+                1.0,
+                "level weights w_k = (k+1)^alpha (alpha > 0 favors deeper, more consistent groups)",
+                "float",
+            ),
         },
         "HGPO (He et al. 2026) as cited in BiPACE Sec. 3.4",
     )
 )
-register(Spec("bigpo", bigpo, _bigpo_params("actor_hidden"), "BiPACE Eq. 3, App. D, App. F",
-              lambda kw: frozenset({"fingerprint"}) if kw["embedder"] == "actor_hidden" else frozenset()))
-register(Spec("pace_diff", _pace("diff"), _pace_params("obs_hash", "first_n"), "BiPACE Eq. 4, Sec. 3.5", _needs_pace))
-register(Spec("pace_q", _pace("q"), _pace_params("obs_hash", "action_tag"), "BiPACE Eqs. 5-7, Sec. 3.5", _needs_pace))
-register(Spec("bipace_q", _pace("q"), _pace_params("actor_hidden", "action_tag"), "BiPACE Eqs. 3, 5-8", _needs_pace))
-register(Spec("bipace_diff", _pace("diff"), _pace_params("actor_hidden", "first_n"), "BiPACE Eqs. 3, 4, 8", _needs_pace))
+register(
+    Spec(
+        "bigpo",
+        bigpo,
+        _bigpo_params("actor_hidden"),
+        "BiPACE Eq. 3, App. D, App. F",
+        lambda kw: frozenset({"fingerprint"}) if kw["embedder"] == "actor_hidden" else frozenset(),
+    )
+)
+register(
+    Spec(
+        "pace_diff", _pace("diff"), _pace_params("obs_hash", "first_n"), "BiPACE Eq. 4, Sec. 3.5", _needs_pace
+    )
+)
+register(
+    Spec(
+        "pace_q", _pace("q"), _pace_params("obs_hash", "action_tag"), "BiPACE Eqs. 5-7, Sec. 3.5", _needs_pace
+    )
+)
+register(
+    Spec(
+        "bipace_q", _pace("q"), _pace_params("actor_hidden", "action_tag"), "BiPACE Eqs. 3, 5-8", _needs_pace
+    )
+)
+register(
+    Spec(
+        "bipace_diff",
+        _pace("diff"),
+        _pace_params("actor_hidden", "first_n"),
+        "BiPACE Eqs. 3, 4, 8",
+        _needs_pace,
+    )
+)
 register(
     Spec(
         "rtmc",
         rtmc,
         {
             "gamma": GAMMA,
-            "n_prior": Param(2.0, "pseudo-visits of the prior in Eq. 11 (RTMC: 2; 0 disables smoothing)", "float", lo=0.0),
-            "std_norm": Param(False, "divide advantages by the group's std of step advantages (Alg. 1 line 21)", "bool"),
+            "n_prior": Param(
+                2.0, "pseudo-visits of the prior in Eq. 11 (RTMC: 2; 0 disables smoothing)", "float", lo=0.0
+            ),
+            "std_norm": Param(
+                False, "divide advantages by the group's std of step advantages (Alg. 1 line 21)", "bool"
+            ),
             "signature": Param(
                 "auto",
                 "'env': records' state_sig/action_sig; 'history': cumulative action history and action "
@@ -501,16 +554,30 @@ register(
         salt,
         {
             "gamma": GAMMA,
-            "h": Param(3, "state = last h (action, observation) pairs (salt.md Sec. 3.1.2, Table 4: 3)", "int", lo=1),
-            "base": Param("grpo", "trajectory-level advantage to refine: 'grpo' or 'rloo'", "choice", ("grpo", "rloo")),
+            "h": Param(
+                3, "state = last h (action, observation) pairs (salt.md Sec. 3.1.2, Table 4: 3)", "int", lo=1
+            ),
+            "base": Param(
+                "grpo", "trajectory-level advantage to refine: 'grpo' or 'rloo'", "choice", ("grpo", "rloo")
+            ),
             "match": Param(
                 "exact",
                 "'exact' edge identity, or 'embedding': cosine similarity of edge embeddings (App. B.2)",
                 "choice",
                 ("exact", "embedding"),
             ),
-            "sim_threshold": Param(0.95, "match='embedding': edges merge when cosine similarity >= this", "float", lo=-1.0, hi=1.0),
-            "embed_fn": Param(None, "match='embedding': list[str] -> (n, d) array; None uses the hash_ngram embedder", "callable"),
+            "sim_threshold": Param(
+                0.95,
+                "match='embedding': edges merge when cosine similarity >= this",
+                "float",
+                lo=-1.0,
+                hi=1.0,
+            ),
+            "embed_fn": Param(
+                None,
+                "match='embedding': list[str] -> (n, d) array; None uses the hash_ngram embedder",
+                "callable",
+            ),
             "ngram": NGRAM,
             "hash_dim": HASH_DIM,
         },
@@ -538,5 +605,7 @@ def resolve(name: str, kwargs: dict[str, Any]) -> tuple[Spec, dict[str, Any]]:
     for k, v in kwargs.items():
         full[k] = spec.params[k].check(name, k, v)
     if "hash_dim" in full and full["hash_dim"] & (full["hash_dim"] - 1):
-        raise ValueError(f"credit estimator {name!r}: kwarg hash_dim={full['hash_dim']} must be a power of two")
+        raise ValueError(
+            f"credit estimator {name!r}: kwarg hash_dim={full['hash_dim']} must be a power of two"
+        )
     return spec, full

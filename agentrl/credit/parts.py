@@ -96,7 +96,7 @@ def action_key_first_n(batch: Batch, n: int) -> np.ndarray:
             f"action_key='first_n' needs action_token_ids on every record ({missing} of {len(toks)} lack it); "
             "use action_key='action_tag' instead"
         )
-    ids, _ = factorize([tuple(int(x) for x in t[:n]) for t in toks])
+    ids, _ = factorize([tuple(t[:n]) for t in toks])
     return ids
 
 

@@ -1,54 +1,43 @@
 """ALFWorld (text) behind agentrl's TextEnv contract.
 
-Engine: the real ``alfworld`` stack, as ``AlfredTWEnv`` builds it: TextWorld's ``PddlEnv``
-(PDDL domain ``alfred.pddl`` + grammar ``alfred.twl2``) wrapped by ``AlfredDemangler``
-(readable names such as "apple 1") and ``AlfredInfos``; ALFWorld's handcoded expert through
-``AlfredExpert`` when asked for.
+Engine: the real ``alfworld`` stack as ``AlfredTWEnv`` builds it (:mod:`envs.alfworld.engine`):
+TextWorld's ``PddlEnv`` (``alfred.pddl`` + ``alfred.twl2``) behind ``AlfredDemangler`` and
+``AlfredInfos`` (plus ``AlfredExpert`` for the handcoded expert).
 
-Games: see :mod:`envs.alfworld.games` (official ``$ALFWORLD_DATA`` games when present, else an
-offline generated set, built lazily on first use).
+Games (:mod:`envs.alfworld.games`): the official ``$ALFWORLD_DATA/json_2.1.1`` games when
+present, else ``$AGENTRL_ALFWORLD_DIR`` / ``data_dir``, else an offline generated set that is
+built on first use (:mod:`envs.alfworld.generate`).
 
 Expert (``expert_type``):
 
-* ``"planner"`` (default): the Fast Downward plan that ``AlfredExpert(expert_type="planner")``
-  exposes as ``extra.expert_plan`` (TextWorld's ``PddlState.replan``, the same call), computed
-  *on demand* in :meth:`ALFWorldEnv.expert_action` and cached per state, instead of after every
-  step: on kitchen games replanning costs ~0.2 s, more than the step itself. Optimal, offline,
-  deterministic; it sees the full state (where every object is).
-* ``"handcoded"``: ``AlfredExpert(expert_type="handcoded")``, ALFWorld's heuristic explorer
-  (partial observability). It falls back to ``random.choice`` over admissible commands when
-  stuck and can fail; it is seeded per reset for determinism.
-
-Performance: translating a game's PDDL (Fast Downward's Python translator) is ~85% of a reset;
-the translation is cached per problem text (:data:`_SAS_CACHE`), so re-resetting the same
-game (GRPO groups) skips it. The loaded game is kept while the same game is reset again.
+* ``"planner"`` (default): Fast Downward through TextWorld (the planner of
+  ``AlfredExpert(expert_type="planner")``), run on the task-relevant sub-problem
+  (:mod:`envs.alfworld.planner`; the whole-game search took up to 90+ s). The plan is cached
+  and followed: it is kept while the agent executes its next command, takes an invalid
+  action or an action that changes no dynamic fact (look, examine, inventory), and is
+  recomputed only after a deviation. At reset a generated game's stored walkthrough (the
+  planner's plan from the initial state) is used. Optimal, offline, deterministic; it knows
+  where every object is.
+* ``"handcoded"``: ALFWorld's ``AlfredExpert(expert_type="handcoded")`` (explores under
+  partial observability; breaks ties with ``random``, which is seeded at every reset).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import random
 import re
-from collections import OrderedDict
-from typing import Any
 
-from envs.alfworld.games import (
-    canonical_families,
-    canonical_split,
-    list_games,
-    resolve_game_root,
-)
+from envs.alfworld.engine import TranslationCache, dynamic_facts, make_tw_env, pddl_env
+from envs.alfworld.games import canonical_families, canonical_split, list_games, resolve_game_root
 from envs.base import TextEnv
 
 NOTHING_HAPPENS = "Nothing happens."
 _TASK_RE = re.compile(r"Your task is to:\s*(.*?)\s*$", re.DOTALL)
-_WELCOME_RE = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*", re.DOTALL)
-# Facts whose change is an effect of the agent's actions (the rest are static or bookkeeping
-# such as checked/examined): the state signature hashes these.
-_DYNAMIC_PREDICATES = {"atlocation", "holds", "opened", "inreceptacle", "isclean", "ishot",
-                       "iscool", "istoggled", "ison", "issliced", "inreceptacleobject"}
-_SAS_CACHE: OrderedDict = OrderedDict()
-_SAS_CACHE_SIZE = 64
+_WELCOME_RE = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*")
+EXPERT_TYPES = ("planner", "handcoded")
 
 
 def normalize_command(cmd: str) -> str:
@@ -56,78 +45,27 @@ def normalize_command(cmd: str) -> str:
     return re.sub(r"\s+", " ", cmd.strip().lower()).rstrip(".").strip()
 
 
-def _cached_pddl2sas(original):
-    def pddl2sas(domain, problem, verbose=False, optimize=False):
-        key = (hashlib.sha1(domain.encode()).hexdigest(), hashlib.sha1(problem.encode()).hexdigest(),
-               bool(optimize))
-        hit = _SAS_CACHE.get(key)
-        if hit is None:
-            hit = original(domain, problem, verbose=verbose, optimize=optimize)
-            _SAS_CACHE[key] = hit
-            while len(_SAS_CACHE) > _SAS_CACHE_SIZE:
-                _SAS_CACHE.popitem(last=False)
-        else:
-            _SAS_CACHE.move_to_end(key)
-        return hit
-    return pddl2sas
-
-
-class _TranslationCache:
-    """Context in which TextWorld's PddlState reuses Fast Downward translations.
-
-    ``PddlState`` reads the translated task (types, objects, init, actions) and loads the SAS
-    text into its own copy of libdownward; neither is mutated, so sharing them is safe.
-    """
-
-    def __enter__(self):
-        import fast_downward
-
-        self._mod = fast_downward
-        self._orig = fast_downward.pddl2sas
-        fast_downward.pddl2sas = _cached_pddl2sas(self._orig)
-
-    def __exit__(self, *exc):
-        self._mod.pddl2sas = self._orig
-        return False
-
-
-def make_tw_env(expert_type: str | None):
-    """PddlEnv -> AlfredDemangler -> AlfredInfos [-> AlfredExpert(handcoded)]."""
-    try:
-        import textworld
-        from alfworld.agents.environment.alfred_tw_env import (
-            AlfredDemangler,
-            AlfredExpert,
-            AlfredInfos,
-        )
-        from textworld.envs import PddlEnv
-    except ImportError as e:  # the optional extra is missing
-        raise ImportError("ALFWorldEnv needs the alfworld extra: "
-                          "pip install alfworld==0.4.2 textworld==1.7.0 "
-                          "(or pip install -e '.[alfworld]')") from e
-    infos = textworld.EnvInfos(admissible_commands=True, facts=True, won=True,
-                               extras=["gamefile"])
-    env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
-    if expert_type == "handcoded":
-        env = AlfredExpert(env, expert_type="handcoded")   # keyword: positional fills `env`
-    return env
-
-
-def _pddl_env(env):
-    while hasattr(env, "_wrapped_env"):
-        env = env._wrapped_env
-    return env
+def split_intro(text: str) -> tuple[str, str]:
+    """ALFWorld's first feedback -> (task text, room description)."""
+    m = _TASK_RE.search(text)
+    task = m.group(1).rstrip(".").strip() if m else ""
+    obs = _WELCOME_RE.sub("", text[: m.start()] if m else text).strip()
+    return task, obs
 
 
 class ALFWorldEnv(TextEnv):
-    """ALFWorld household tasks (six families: pick, look, clean, heat, cool, pick2).
+    """ALFWorld household tasks, six families: pick, look, clean, heat, cool, pick2.
 
     ``reset(seed, options={"split": "train"|"valid_seen"|"valid_unseen"|"valid",
-    "families": [...]})``: the seed picks game ``seed % n`` of the split's sorted game list
-    (filtered by families); ``seed=None`` draws one with the env's RNG.
-    Reward 1.0 when the goal is reached (the episode then terminates), else 0.0; a command
-    that is not admissible (or a malformed response) yields "Nothing happens." and the base
-    class's penalty, and does not touch the game.
+    "families": [...], "game_file": path})``: ``seed`` picks game ``seed % n`` of the split's
+    sorted game list (after the family filter); ``seed=None`` draws one with the env's RNG;
+    ``game_file`` plays that file. The first observation is the room description; the task
+    text ("put a clean cup in cabinet") is ``info["task"]``.
+
+    ``step``: reward 1.0 when the goal is reached (the episode terminates), else 0.0. A
+    command outside ALFWorld's admissible commands returns "Nothing happens." and the base
+    class's penalty, without touching the game (TextWorld would answer the same).
+    ``info`` adds ``admissible_actions``, ``state_sig``/``action_sig``, ``game_file``, ``split``.
     """
 
     env_title = "a household (ALFWorld)"
@@ -137,28 +75,31 @@ class ALFWorldEnv(TextEnv):
                  history_length: int = 2, render_mode: str | None = None):
         """
         Args:
-            data_dir: game tree (official ``json_2.1.1`` or generated by
-                ``python -m envs.alfworld.generate``). None: ``$ALFWORLD_DATA/json_2.1.1`` if
-                present, else ``$AGENTRL_ALFWORLD_DIR``, else the generated default set.
-            expert_type: ``"planner"`` (Fast Downward, optimal) or ``"handcoded"`` (ALFWorld's
-                heuristic agent) for :meth:`expert_action`.
-            auto_generate: build the default generated set on first use if it is missing
-                (~3-6 min on one core); False raises instead.
-            invalid_action_penalty: subtracted from the reward of a malformed or
-                inadmissible action (BiPACE App. J).
+            data_dir: game tree (official ``json_2.1.1`` or ``python -m envs.alfworld.generate``
+                output). None: ``$ALFWORLD_DATA/json_2.1.1`` if it holds games, else
+                ``$AGENTRL_ALFWORLD_DIR``, else the generated default set in
+                ``~/.cache/agentrl/alfworld`` (base: ``$AGENTRL_CACHE``).
+            expert_type: ``"planner"`` (Fast Downward, optimal, full knowledge) or
+                ``"handcoded"`` (ALFWorld's heuristic explorer) for :meth:`expert_action`.
+            auto_generate: build the default generated set on first use when no games are
+                found (48 games, a few minutes on one core); False raises instead.
+            invalid_action_penalty: subtracted from the reward of a malformed or inadmissible
+                action (BiPACE App. J).
             history_length: (observation, action) pairs shown in the prompt.
-            render_mode: only "ansi" (returns the last observation).
+            render_mode: only "ansi" (``render()`` returns the last observation).
         """
         super().__init__(invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
-        if expert_type not in ("planner", "handcoded"):
-            raise ValueError(f"unknown expert_type {expert_type!r}; valid: planner, handcoded")
+        if expert_type not in EXPERT_TYPES:
+            raise ValueError(f"unknown expert_type {expert_type!r}; valid: {', '.join(EXPERT_TYPES)}")
         self.expert_type = expert_type
         self.data_dir = data_dir
         self.auto_generate = auto_generate
         self._root: str | None = None
-        self._tw = make_tw_env(expert_type)   # fails early and clearly without the extra
+        self._tw = make_tw_env("handcoded" if expert_type == "handcoded" else None)
+        self._planner = None
         self._game_file: str | None = None
+        self._game_data: dict = {}
         self._game_id = ""
         self._state = None
         self._plan: list[str] | None = None
@@ -167,6 +108,7 @@ class ALFWorldEnv(TextEnv):
     # --- games ------------------------------------------------------------------------------
     @property
     def root(self) -> str:
+        """Root of the game tree in use (resolved, and generated if needed, on first use)."""
         if self._root is None:
             self._root = resolve_game_root(self.data_dir, self.auto_generate)
         return self._root
@@ -183,49 +125,53 @@ class ALFWorldEnv(TextEnv):
             raise ValueError(f"unknown reset option(s) {sorted(unknown)}; valid: split, families, game_file")
         split = canonical_split(options.get("split", "train"))
         if options.get("game_file"):
-            game_file, family = str(options["game_file"]), None
+            game_file, family = os.path.abspath(str(options["game_file"])), None
         else:
             games = self.games(split, options.get("families"))
             if not games:
-                raise ValueError(f"no ALFWorld games for split={split!r}, families="
-                                 f"{options.get('families')} under {self.root}")
-            idx = (seed % len(games)) if seed is not None else int(self.np_random.integers(len(games)))
+                raise ValueError(f"no ALFWorld games for split={split!r}, "
+                                 f"families={options.get('families')} under {self.root}")
+            idx = seed % len(games) if seed is not None else int(self.np_random.integers(len(games)))
             game_file, family = games[idx]
         if self.expert_type == "handcoded":
-            # the handcoded agent breaks ties with the global `random`: pin it per episode
+            # AlfredExpert's handcoded agent breaks ties with the global `random`
             random.seed(hashlib.sha1(f"{game_file}|{seed}".encode()).hexdigest())
-        with _TranslationCache():
+        with TranslationCache():
             if game_file != self._game_file:
                 self._tw.load(game_file)
                 self._game_file = game_file
+                with open(game_file) as f:
+                    self._game_data = json.load(f)
             state = self._tw.reset()
-        self._state = state
-        self._plan = None
-        self._last_valid = True
-        self._game_id = hashlib.sha1(game_file.encode()).hexdigest()[:12]
-        text = state.feedback
-        m = _TASK_RE.search(text)
-        task = m.group(1).rstrip(".") if m else ""
-        obs = _WELCOME_RE.sub("", text[: m.start()] if m else text).strip()
         if family is None:
             from envs.alfworld.generate import TASK_TYPE_TO_FAMILY
-            import json
-            import os
+
             with open(os.path.join(os.path.dirname(game_file), "traj_data.json")) as f:
                 family = TASK_TYPE_TO_FAMILY.get(json.load(f)["task_type"], "unknown")
+        self._state = state
+        walkthrough = self._game_data.get("walkthrough")
+        self._plan = list(walkthrough) if walkthrough else None
+        self._last_valid = True
+        self._game_id = hashlib.sha1(os.path.relpath(game_file, os.path.dirname(
+            os.path.dirname(os.path.dirname(game_file)))).encode()).hexdigest()[:12]
+        task, obs = split_intro(state.feedback)
         return task, obs, family, {"game_file": game_file, "split": split}
 
     def _execute(self, action):
-        cmd = normalize_command(action)
         if self._state is None:
             raise RuntimeError("call reset() before step()")
+        cmd = normalize_command(action)
         if cmd not in self._state["admissible_commands"]:
             self._last_valid = False
             return NOTHING_HAPPENS, 0.0, False, False, {}
         self._last_valid = True
+        before = dynamic_facts(self._state["_facts"])
         state, _, _ = self._tw.step(cmd)
         self._state = state
-        self._plan = None
+        if self._plan and cmd == self._plan[0]:
+            self._plan = self._plan[1:]
+        elif dynamic_facts(state["_facts"]) != before:
+            self._plan = None          # deviation: replan on the next expert_action()
         won = bool(state["won"])
         return state.feedback.strip(), (1.0 if won else 0.0), won, True, {"won": won}
 
@@ -240,34 +186,35 @@ class ALFWorldEnv(TextEnv):
         if self.expert_type == "handcoded":
             plan = self._state.get("extra.expert_plan") or []
             return plan[0] if plan else None
-        if self._plan is None:
-            pddl = _pddl_env(self._tw)
-            self._plan = list(pddl._pddl_state.replan(pddl._entity_infos) or [])
+        if not self._plan or self._plan[0] not in self._state["admissible_commands"]:
+            if self._planner is None:
+                from envs.alfworld.planner import SubproblemPlanner
+
+                self._planner = SubproblemPlanner()
+            self._plan = self._planner.plan(pddl_env(self._tw))
         return self._plan[0] if self._plan else None
 
     def signatures(self, action: str | None) -> dict[str, str]:
-        """state_sig: hash of the game's dynamic facts (agent location, held objects, open
-        receptacles, object positions and clean/hot/cool/toggled/sliced flags) after the step,
-        so equal states reached in any order share it; action_sig: the normalized command,
-        "invalid" for a malformed or inadmissible one, "" at reset."""
+        """``state_sig``: hash of the game id and its dynamic facts (agent location, held
+        objects, open receptacles, object positions, clean/hot/cool/toggled/sliced flags) after
+        the step, so equal states reached in any order share it. ``action_sig``: the
+        normalized command; "invalid" for a malformed or inadmissible one; "" at reset."""
         if self._state is None:
             return {}
-        facts = sorted(
-            f"{p.name.lower()}({','.join(v.name for v in p.arguments)})"
-            for p in self._state["facts"] if p.name.lower() in _DYNAMIC_PREDICATES)
+        facts = dynamic_facts(self._state["_facts"])
         sig = hashlib.sha1((self._game_id + "|" + ";".join(facts)).encode()).hexdigest()[:16]
-        if self._steps == 0 and action is None:
-            a = ""
-        elif action is None or not self._last_valid:
-            a = "invalid"
+        if action is None:
+            a = "" if self._steps == 0 else "invalid"
         else:
-            a = normalize_command(action)
+            a = normalize_command(action) if self._last_valid else "invalid"
         return {"state_sig": sig, "action_sig": a}
 
     def close(self):
-        if getattr(self, "_tw", None) is not None:
-            try:
-                self._tw.close()
-            except Exception:
-                pass
+        for obj in (getattr(self, "_tw", None), getattr(self, "_planner", None)):
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:
+                    pass
+        self._planner = None
         super().close()

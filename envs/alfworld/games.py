@@ -21,9 +21,9 @@ from envs.alfworld.generate import FAMILIES, GENERATOR_VERSION, SPLITS, TASK_TYP
 
 SPLIT_ALIASES = {"valid": "valid_seen", "eval_in_distribution": "valid_seen",
                  "eval_out_of_distribution": "valid_unseen"}
-# Default generated set: small enough to build in ~2-4 minutes on one CPU core.
-DEFAULT_PER_FAMILY = 8
-DEFAULT_VALID_PER_FAMILY = 4
+# Default generated set (48 games): built lazily on first use, see ensure_generated.
+DEFAULT_PER_FAMILY = 4
+DEFAULT_VALID_PER_FAMILY = 2
 DEFAULT_SEED = 0
 
 

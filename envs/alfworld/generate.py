@@ -12,25 +12,28 @@ files an official game directory holds:
 * ``traj_data.json``     task type + ``pddl_params`` (read by ALFWorld's handcoded expert),
 * ``initial_state.pddl`` the PDDL problem (objects, init facts, goal from the goal library),
 * ``game.tw-pddl``       built exactly as ``alfworld-generate`` builds it (domain + grammar with
-                          ``add_task_to_grammar`` + problem), then checked: the game is loaded in
-                          TextWorld's ``PddlEnv`` behind ``AlfredDemangler``/``AlfredInfos``/
-                          ``AlfredExpert(expert_type="planner")`` and the planner's plan is
-                          *executed* until the game reports ``won``. Only such games are kept
-                          (``solvable: true`` plus the walkthrough).
+                          ``add_task_to_grammar`` + problem, ``solvable`` + ``walkthrough``).
+
+Every game is then checked the way ALFWorld plays it: loaded in TextWorld's ``PddlEnv`` behind
+``AlfredDemangler``/``AlfredInfos``, Fast Downward (TextWorld's planner, the one behind
+``AlfredExpert(expert_type="planner")``) plans from the initial state, and the plan is
+*executed*: every command must be admissible and the game must end ``won``. Only such games
+are kept. The planner runs on the task-relevant sub-problem (:mod:`envs.alfworld.planner`):
+on the whole kitchen problem its search took up to 90+ s per game here.
 
 Pitfalls handled (see FINDINGS.md): ``openable.json`` lacks some receptacles (StoveBurner,
 Toaster, CoffeeMachine, GarbageCan, ...): the ones listed in ``objects.json`` are added with
 synthetic ids; a task's parent (and tool) receptacle must exist in the scene and no instance
 of the target starts inside a receptacle of the parent's type (else the game starts won);
 ``alfworld-generate``'s ``--end -1`` slice (drops the last file) is avoided by not using it;
-``AlfredExpert`` gets ``expert_type=`` by keyword (positional fills ``env``).
+``AlfredExpert`` gets ``expert_type=`` by keyword (positional fills ``env``; see engine.py).
 
 Splits follow ALFRED's scene split (``constants.TRAIN_SCENE_NUMBERS`` / ``TEST_SCENE_NUMBERS``):
 ``train`` and ``valid_seen`` use the training floor plans with disjoint tasks (no
 (floor plan, task type, object, receptacle, lamp) tuple of ``valid_seen`` occurs in ``train``),
 ``valid_unseen`` uses the held-out floor plans. Output layout mirrors ``json_2.1.1``::
 
-    OUT/<split>/<task_type>-<Object>-None-<Parent|Lamp>-<floorplan>/trial_<seed>_<k>/{traj_data.json,
+    OUT/<split>/<task_type>-<Object>-None-<Parent|Lamp>-<floorplan>/trial_<game seed>/{traj_data.json,
         initial_state.pddl, game.tw-pddl}
     OUT/manifest.json
 
@@ -425,18 +428,18 @@ def _game_logic() -> dict[str, str]:
     return {"pddl_domain": domain, "grammar": grammar}
 
 
-def make_expert_env(expert_type: str = "planner", facts: bool = True):
-    """TextWorld PddlEnv behind ALFWorld's wrappers, as alfworld-generate and AlfredTWEnv build it."""
-    import textworld
-    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert, AlfredInfos
-    from textworld.envs import PddlEnv
+_ENGINE = None
 
-    infos = textworld.EnvInfos(admissible_commands=True, facts=facts, won=True,
-                               extras=["gamefile"])
-    env = PddlEnv(infos)
-    env = AlfredDemangler(env, shuffle=False)
-    env = AlfredInfos(env)
-    return AlfredExpert(env, expert_type=expert_type)   # keyword: positional would fill `env`
+
+def _engine():
+    """One TextWorld env + planner per process: each holds a copy of libdownward."""
+    global _ENGINE
+    if _ENGINE is None:
+        from envs.alfworld.engine import make_tw_env
+        from envs.alfworld.planner import SubproblemPlanner
+
+        _ENGINE = (make_tw_env(), SubproblemPlanner())
+    return _ENGINE
 
 
 def write_and_verify(spec: GameSpec, out_root: str, max_plan_steps: int = 60) -> dict[str, Any]:
@@ -475,27 +478,32 @@ def write_and_verify(spec: GameSpec, out_root: str, max_plan_steps: int = 60) ->
 
     walkthrough, error = None, None
     try:
-        env = make_expert_env("planner", facts=False)
-        env.load(game_file)
-        state = env.reset()
+        from envs.alfworld.engine import TranslationCache, pddl_env
+
+        env, planner = _engine()
+        with TranslationCache():          # load() and reset() translate the same problem
+            env.load(game_file)
+            state = env.reset()
         if state["won"]:
             error = "game starts won"
         else:
-            plan = list(state["extra.expert_plan"] or [])
+            plan = planner.plan(pddl_env(env))
             if not plan:
                 error = "planner found no plan"
             elif len(plan) > max_plan_steps:
                 error = f"plan too long ({len(plan)} steps)"
             else:
-                for cmd in plan:   # execute the plan: the game must end won
+                for cmd in plan:   # execute the plan: every command admissible, game ends won
+                    if cmd not in state["admissible_commands"]:
+                        error = f"plan command not admissible: {cmd!r}"
+                        break
                     state, _, done = env.step(cmd)
                     if done:
                         break
-                if state["won"]:
+                if error is None and state["won"]:
                     walkthrough = plan
-                else:
+                elif error is None:
                     error = "executing the plan did not win"
-        env.close()
     except Exception as e:  # a broken problem must not stop the whole build
         error = f"{type(e).__name__}: {e}"
 

@@ -87,9 +87,6 @@ class SubproblemPlanner:
         return list(state.replan(pddl_env._entity_infos) or [])
 
     def close(self):
-        try:
-            import fast_downward
-
-            fast_downward.close_lib(self._lib)
-        except Exception:
-            pass
+        # No dlclose (fast_downward.close_lib): unloading libdownward while TextWorld objects
+        # still point into it segfaults at interpreter exit. PddlEnv never unloads its copy either.
+        self._lib = None

@@ -96,7 +96,7 @@ class SWEEnv(TextEnv):
     def __init__(self, invalid_action_penalty: float = 0.1, history_length: int = 2,
                  render_mode: str | None = None, max_steps: int | None = None,
                  max_obs_chars: int = 3000, command_timeout: float = 10.0, grade_timeout: float = 30.0,
-                 memory_mb: int = 1024, nproc: int = 32, validation_shaping: bool = False,
+                 memory_mb: int = 512, nproc: int = 16, validation_shaping: bool = False,
                  validation_beta: float = 0.05, shape_every_validation: bool = True,
                  workspace_limit_mb: int = 32, jail_uid: int | None = None):
         """
@@ -109,8 +109,9 @@ class SWEEnv(TextEnv):
             max_obs_chars: observations are cut to this many characters (head + tail kept).
             command_timeout: wall-clock limit of one bash command, seconds.
             grade_timeout: wall-clock limit of the grading test run, seconds.
-            memory_mb: address-space limit per sandboxed process, MiB.
-            nproc: process limit of the sandbox's uid.
+            memory_mb: address-space limit per sandboxed process, MiB. There is no cgroup: a
+                command's total memory is bounded by nproc x memory_mb (8 GiB by default).
+            nproc: process (and thread) limit of the sandbox's uid.
             validation_shaping: add RTMC's validation bonus (rtmc.md Eq. 12).
             validation_beta: the bonus beta (paper: 0.05).
             shape_every_validation: True = every test run after a modification earns beta (Eq. 12
@@ -252,6 +253,10 @@ class SWEEnv(TextEnv):
             obs, reward, terminated, sig = handler(call, extra)
         except Refused as e:
             return self._reject(f"Invalid action: {e}", extra)
+        except ValueError as e:  # e.g. a NUL byte or a lone surrogate in a path or text
+            return self._reject(f"Invalid action: bad argument ({e}).", extra)
+        except OSError as e:  # the workspace refused the operation (permissions changed by a command)
+            obs, reward, terminated, sig = f"ERROR: {e.strerror or e}", 0.0, False, f"{tool}:error"
         self._action_sig = sig
         return truncate(obs, self.max_obs_chars), reward, terminated, True, extra
 
@@ -317,6 +322,7 @@ class SWEEnv(TextEnv):
         return host.read_bytes().decode("utf-8", "replace")
 
     def _write_text(self, host: Path, text: str) -> None:
+        data = text.encode("utf-8")  # fails (ValueError) before anything is touched
         new_dirs = []
         parent = host.parent
         while not parent.exists():
@@ -326,7 +332,7 @@ class SWEEnv(TextEnv):
         if host.exists():
             # Replace rather than write through: never follow a symlink or write into a FIFO.
             host.unlink()
-        host.write_text(text)
+        host.write_bytes(data)
         for p in [host, *new_dirs]:
             self.sandbox.give(p)
 
@@ -420,9 +426,13 @@ class SWEEnv(TextEnv):
         rel, host = self._resolve(self._arg(call, "path", str, required=False, default="."))
         if not os.path.lexists(host):
             return f"ERROR: The path {WORKDIR}/{rel} does not exist.", 0.0, False, f"search@{rel}:error"
-        files = [host] if not host.is_dir() else sorted(
-            p for p in host.rglob("*") if not any(part.startswith(".") or part in IGNORED
-                                                  for part in p.relative_to(self.repo).parts))
+        files = [host]
+        if host.is_dir() and not host.is_symlink():
+            files = []
+            for root, dirs, names in os.walk(host):  # never follows symlinks (no escapes, no loops)
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in IGNORED)
+                files += [Path(root) / n for n in sorted(names) if not n.startswith(".")]
+            files.sort()
         hits = []
         for p in files:
             try:

@@ -106,9 +106,9 @@ class Limits:
     """Wall-clock limit in seconds; the command's whole pid namespace is killed after it."""
     cpu_s: int = 20
     """RLIMIT_CPU per process, seconds."""
-    memory_mb: int = 1024
+    memory_mb: int = 512
     """RLIMIT_AS per process, MiB."""
-    nproc: int = 32
+    nproc: int = 16
     """RLIMIT_NPROC: processes (threads) of the jail's uid."""
     fsize_mb: int = 16
     """RLIMIT_FSIZE: largest file a command may write, MiB."""

@@ -29,9 +29,11 @@ class Task:
     """One task repository."""
 
     id: str
+    """Folder name, e.g. "off_by_one_paginate"."""
     family: str
     """Bug kind (off_by_one, wrong_operator, ...)."""
     split: str
+    """"train" or "valid"."""
     issue: str
     """The bug report shown to the agent."""
     files: dict[str, str] = field(hash=False)
@@ -39,6 +41,7 @@ class Task:
     tests: tuple[str, ...]
     """Test files of the suite (relative paths)."""
     num_tests: int
+    """Tests the suite must pass (all of them)."""
     patch: tuple[dict, ...] = field(hash=False)
     """Reference fix: [{"path", "old", "new"}] exact replacements, applied in order."""
 

@@ -15,15 +15,41 @@ from agentrl.credit import Batch, available, compute, describe, requirements, va
 from agentrl.credit.compare import main as compare_main
 from agentrl.records import StepRecord, write_jsonl
 
-NAMES = ["grpo", "rloo", "gigpo", "hgpo", "bigpo", "pace_diff", "pace_q", "bipace_q", "bipace_diff", "rtmc", "salt"]
+NAMES = [
+    "grpo",
+    "rloo",
+    "gigpo",
+    "hgpo",
+    "bigpo",
+    "pace_diff",
+    "pace_q",
+    "bipace_q",
+    "bipace_diff",
+    "rtmc",
+    "salt",
+]
 
 
 def small():
     # 'won' given explicitly: StepRecord always carries it (default False), and RTMC's prior
     # (the group success rate) reads it where present
-    return traj("g", "a", ["o1", "o2"], ["x", "y"], [0, 1], fingerprint=[[1.0, 0.0], [0.0, 1.0]],
-                action_token_ids=[[1, 2], [3]], won=True) + traj(
-        "g", "b", ["o1", "o3"], ["x", "z"], [0, 0], fingerprint=[[1.0, 0.1], [0.5, 0.5]], action_token_ids=[[1, 2], [4]],
+    return traj(
+        "g",
+        "a",
+        ["o1", "o2"],
+        ["x", "y"],
+        [0, 1],
+        fingerprint=[[1.0, 0.0], [0.0, 1.0]],
+        action_token_ids=[[1, 2], [3]],
+        won=True,
+    ) + traj(
+        "g",
+        "b",
+        ["o1", "o3"],
+        ["x", "z"],
+        [0, 0],
+        fingerprint=[[1.0, 0.1], [0.5, 0.5]],
+        action_token_ids=[[1, 2], [4]],
         won=False,
     )
 
@@ -36,7 +62,11 @@ def test_available_names():
     "name, kw, msg",
     [
         ("nope", {}, "unknown credit estimator 'nope'; valid: grpo, rloo"),
-        ("gigpo", {"eps": 0.1}, "unknown kwarg(s) 'eps' for credit estimator 'gigpo'; valid kwargs: gamma, w, norm"),
+        (
+            "gigpo",
+            {"eps": 0.1},
+            "unknown kwarg(s) 'eps' for credit estimator 'gigpo'; valid kwargs: gamma, w, norm",
+        ),
         ("gigpo", {"norm": "std"}, "norm='std' must be one of 'mean_std', 'mean'"),
         ("gigpo", {"w": "1"}, "w='1' must be a number"),
         ("gigpo", {"gamma": 1.5}, "gamma=1.5 must be in [0.0, 1.0]"),
@@ -162,8 +192,12 @@ def test_compare_cli_errors(tmp_path, capsys, content, args, msg):
 def test_python_m_credit_compare(tmp_path):
     path = tmp_path / "roll.jsonl"
     write_jsonl(small(), path)
-    r = subprocess.run([sys.executable, "-m", "agentrl.credit", "compare", str(path), "--estimators", "salt"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "agentrl.credit", "compare", str(path), "--estimators", "salt"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and "salt_merge_rate" in r.stdout
 
 

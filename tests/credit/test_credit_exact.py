@@ -33,7 +33,14 @@ def test_grpo_group_scale():
     recs += [dict(recs[0], t=1, reward=0.0), dict(recs[0], t=2, reward=0.0)]
     res = compute("grpo", recs)
     a = 0.5 / (math.sqrt(1 / 3) + D)  # 0.866025
-    assert res.step_advantages.tolist() == [approx(a), approx(-a), approx(-a), approx(a), approx(a), approx(a)]
+    assert res.step_advantages.tolist() == [
+        approx(a),
+        approx(-a),
+        approx(-a),
+        approx(a),
+        approx(a),
+        approx(a),
+    ]
     assert res.diagnostics["step_signal_frac"] == 0.0
 
 
@@ -115,7 +122,14 @@ def test_hgpo_hierarchy():
     # t=1: level 0 S {1, 0, 1}: mean 2/3 -> t1 1/3, t2 -2/3, t3 1/3
     #      level 1 S+(A,x) {t1, t2}: +-0.5; S+(B,y) {t3} singleton (excluded)
     #      t1: (1/3 + 2*0.5)/3 = 4/9, t2: (-2/3 - 2*0.5)/3 = -5/9, t3: only level 0 -> 1/3
-    exp_step = {("t1", 0): 0.5, ("t2", 0): -0.5, ("t3", 0): 0.0, ("t1", 1): 4 / 9, ("t2", 1): -5 / 9, ("t3", 1): 1 / 3}
+    exp_step = {
+        ("t1", 0): 0.5,
+        ("t2", 0): -0.5,
+        ("t3", 0): 0.0,
+        ("t1", 1): 4 / 9,
+        ("t2", 1): -5 / 9,
+        ("t3", 1): 1 / 3,
+    }
     ep = {"t1": 1 / 3, "t2": -2 / 3, "t3": 1 / 3}
     for (tid, t), v in exp_step.items():
         i = find(recs, tid, t)
@@ -135,7 +149,15 @@ def test_hgpo_alpha_zero_is_plain_average():
 def pace_batch():
     # one-step rollouts in one group. obs S: actions a, a, b, c with returns 1, 0, 1, 0;
     # obs T: actions d, d with returns 1, 0; obs U: one rollout (singleton cluster)
-    spec = [("S", "a", 1), ("S", "a", 0), ("S", "b", 1), ("S", "c", 0), ("T", "d", 1), ("T", "d", 0), ("U", "e", 1)]
+    spec = [
+        ("S", "a", 1),
+        ("S", "a", 0),
+        ("S", "b", 1),
+        ("S", "c", 0),
+        ("T", "d", 1),
+        ("T", "d", 0),
+        ("U", "e", 1),
+    ]
     recs = []
     for i, (o, a, r) in enumerate(spec):
         recs += traj("g", f"r{i}", [o], [f"<action>{a}</action>" if i % 2 else a], [r])
@@ -185,7 +207,10 @@ def test_pace_first_n_key():
     # same key: |C=| = 2 -> Q = V -> 0
     assert compute("pace_q", recs, action_key="first_n", norm="mean").step_term.tolist() == [0.0, 0.0]
     # N=9: different keys, |C=| = 1 each -> RLOO: 1 - 0, 0 - 1
-    assert compute("pace_q", recs, action_key="first_n", first_n=9, norm="mean").step_term.tolist() == [1.0, -1.0]
+    assert compute("pace_q", recs, action_key="first_n", first_n=9, norm="mean").step_term.tolist() == [
+        1.0,
+        -1.0,
+    ]
 
 
 # ----------------------------------------------------------------------------- BiGPO
@@ -256,7 +281,11 @@ def test_rtmc_figure1_no_prior():
     d = res.diagnostics
     # three tree states visited 4, 3, 2 times
     assert d["rtmc_n_states"] == 3.0 and d["rtmc_single_visit_frac"] == 0.0
-    assert d["rtmc_visits_2"] == approx(1 / 3) and d["rtmc_visits_3"] == approx(1 / 3) and d["rtmc_visits_4"] == approx(1 / 3)
+    assert (
+        d["rtmc_visits_2"] == approx(1 / 3)
+        and d["rtmc_visits_3"] == approx(1 / 3)
+        and d["rtmc_visits_4"] == approx(1 / 3)
+    )
 
 
 def test_rtmc_figure1_prior_and_std_norm():
@@ -303,7 +332,16 @@ def test_salt_merge_and_diverge_h1():
     # base GRPO: returns [1,0,0,0], mean .25, std sqrt((.5625 + 3*.0625)/3) = .5 -> [1.5, -.5, -.5, -.5]
     a1, a0 = 0.75 / (0.5 + D), -0.25 / (0.5 + D)
     m = (a1 + a0) / 2  # merged set {t1 step 0, t2 step 0} -> mean 0.5
-    exp = {("t1", 0): m, ("t2", 0): m, ("t3", 0): a0, ("t4", 0): a0, ("t1", 1): a1, ("t2", 1): a0, ("t3", 1): a0, ("t4", 1): a0}
+    exp = {
+        ("t1", 0): m,
+        ("t2", 0): m,
+        ("t3", 0): a0,
+        ("t4", 0): a0,
+        ("t1", 1): a1,
+        ("t2", 1): a0,
+        ("t3", 1): a0,
+        ("t4", 1): a0,
+    }
     for (tid, t), v in exp.items():
         assert res.step_advantages[find(recs, tid, t)] == approx(v)
     assert res.diagnostics["salt_merge_rate"] == approx(2 / 8)
@@ -327,9 +365,15 @@ def test_salt_history_length_and_rloo_base():
 def test_salt_embedding_match():
     # embed every edge by its action only: edges with equal actions have cosine 1 and merge
     def embed(texts):
-        return np.array([[1.0, 0.0] if t.split("||")[1].strip().startswith("go") else [0.0, 1.0] for t in texts])
+        return np.array(
+            [[1.0, 0.0] if t.split("||")[1].strip().startswith("go") else [0.0, 1.0] for t in texts]
+        )
 
-    recs = traj("g", "t1", ["q"], ["go"], [1]) + traj("g", "t2", ["r"], ["go"], [0]) + traj("g", "t3", ["s"], ["stay"], [0])
+    recs = (
+        traj("g", "t1", ["q"], ["go"], [1])
+        + traj("g", "t2", ["r"], ["go"], [0])
+        + traj("g", "t3", ["s"], ["stay"], [0])
+    )
     res = compute("salt", recs, match="embedding", embed_fn=embed, base="rloo")
     # base RLOO: [1 - 0, 0 - .5, 0 - .5] = [1, -.5, -.5]; t1+t2 merge -> .25 each; t3 keeps -.5
     assert res.step_advantages.tolist() == [approx(0.25), approx(0.25), approx(-0.5)]

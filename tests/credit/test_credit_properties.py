@@ -40,7 +40,9 @@ def batches(draw, equal_returns=False):
                         "t": t,
                         "obs": OBS[o],
                         "action": draw(st.sampled_from(ACTS)),
-                        "reward": const if equal_returns else float(draw(st.sampled_from([0.0, 0.0, 1.0, 0.5]))),
+                        "reward": const
+                        if equal_returns
+                        else float(draw(st.sampled_from([0.0, 0.0, 1.0, 0.5]))),
                         "done": t == T - 1,
                         "fingerprint": fp,
                         "action_token_ids": draw(st.lists(st.integers(0, 3), max_size=10)),
@@ -94,8 +96,19 @@ def test_equal_returns_multistep_zero():
     recs = []
     for r in range(3):
         for t in range(4):
-            recs.append(dict(group_id="g", traj_id=f"r{r}", t=t, obs=f"o{t % 2}", action=f"a{(t + r) % 3}",
-                             reward=float(t == 3), done=t == 3, fingerprint=[1.0, t], action_token_ids=[t]))
+            recs.append(
+                dict(
+                    group_id="g",
+                    traj_id=f"r{r}",
+                    t=t,
+                    obs=f"o{t % 2}",
+                    action=f"a{(t + r) % 3}",
+                    reward=float(t == 3),
+                    done=t == 3,
+                    fingerprint=[1.0, t],
+                    action_token_ids=[t],
+                )
+            )
     for name in available():
         kw = {"n_prior": 0.0} if name == "rtmc" else {}
         res = compute(name, recs, gamma=1.0, **kw)
@@ -133,8 +146,19 @@ def test_one_state_key_reduces_to_trajectory_level(final):
     recs = []
     for i, f in enumerate(final):
         for t, r in enumerate([0.0, 0.0, f]):  # terminal reward: R_t = R(tau) at every step
-            recs.append(dict(group_id="g", traj_id=f"r{i}", t=t, obs="same", action=f"a{i}{t}", reward=r, done=t == 2,
-                             state_sig="root", action_sig=f"r{i}"))
+            recs.append(
+                dict(
+                    group_id="g",
+                    traj_id=f"r{i}",
+                    t=t,
+                    obs="same",
+                    action=f"a{i}{t}",
+                    reward=r,
+                    done=t == 2,
+                    state_sig="root",
+                    action_sig=f"r{i}",
+                )
+            )
     grpo = compute("grpo", recs, scale="none").step_advantages
     gig = compute("gigpo", recs, gamma=1.0, norm="mean")
     np.testing.assert_allclose(gig.step_term, grpo, atol=1e-12)
@@ -184,7 +208,11 @@ def test_greedy_clustering_matches_algorithm1(group_sizes, seed, eps):
         for i in range(n):
             x = centers[rng.integers(0, 3)] + 0.3 * rng.standard_normal(6)
             X.append(x / np.linalg.norm(x))
-            recs.append(dict(group_id=f"g{g}", traj_id=f"g{g}-{i:03d}", t=0, obs="o", action="a", reward=0.0, done=True))
+            recs.append(
+                dict(
+                    group_id=f"g{g}", traj_id=f"g{g}-{i:03d}", t=0, obs="o", action="a", reward=0.0, done=True
+                )
+            )
     X = np.array(X)
     batch = Batch(recs)  # canonical order == input order here (ids sorted)
     labels = greedy_cosine_partition(batch, dense_gram(X.astype(np.float32)), eps)
@@ -200,8 +228,10 @@ def test_greedy_clustering_matches_algorithm1(group_sizes, seed, eps):
 @SETTINGS
 @given(st.lists(st.integers(0, 5), min_size=1, max_size=60), st.sampled_from([0.0, 0.1, 0.5, 0.99]))
 def test_greedy_on_onehot_is_the_hash_partition(ids, eps):
-    recs = [dict(group_id="g", traj_id=f"r{i:03d}", t=0, obs=str(o), action="a", reward=0.0, done=True)
-            for i, o in enumerate(ids)]
+    recs = [
+        dict(group_id="g", traj_id=f"r{i:03d}", t=0, obs=str(o), action="a", reward=0.0, done=True)
+        for i, o in enumerate(ids)
+    ]
     batch = Batch(recs)
     lab = greedy_cosine_partition(batch, onehot_gram(batch.obs_id), eps)
     # same label <=> same id
@@ -217,8 +247,18 @@ def test_auto_eps_binary_search():
     for i in range(40):
         v = np.eye(8)[i % 8] + 0.01 * rng.standard_normal(8)
         X.append(v)
-        recs.append(dict(group_id="g", traj_id=f"r{i:02d}", t=0, obs="o", action="a", reward=0.0, done=True,
-                         fingerprint=v.tolist()))
+        recs.append(
+            dict(
+                group_id="g",
+                traj_id=f"r{i:02d}",
+                t=0,
+                obs="o",
+                action="a",
+                reward=0.0,
+                done=True,
+                fingerprint=v.tolist(),
+            )
+        )
     eps, lab = auto_eps(Batch(recs), dense_gram(np.array(X, dtype=np.float32)))
     assert eps == pytest.approx(0.21) and np.median(np.bincount(lab)) == 5
     res = compute("bigpo", recs, eps="auto")

@@ -158,6 +158,17 @@ class TestEpisode:
         obs, r, term, _, _ = act(env, tool="think", thought="again")
         assert (r, term) == (0.0, True) and "episode is over" in obs
 
+    @pytest.mark.parametrize("damage", ["sed -i 's/pages start at 1/no/' pager/pages.py", "rm pager/pages.py",
+                                        ": > pager/pages.py", "rm pager/pages.py && mkdir pager/pages.py"])
+    def test_expert_recovers_from_other_edits(self, env, damage):
+        env.reset(options={"task_id": "off_by_one_paginate"})
+        bash(env, damage)
+        for _ in range(6):
+            _, r, term, _, info = env.step(format_action(env.expert_action()))
+            if term:
+                break
+        assert r == 1.0 and info["won"]
+
     def test_view_search_think_signatures(self, env):
         env.reset(options={"task_id": "off_by_one_paginate"})
         obs, _, _, _, info = act(env, tool="file_editor", command="view", path=PAGES, view_range=[13, -1])
@@ -376,6 +387,14 @@ class TestIsolation:
             assert not info["action_valid"] and "outside the workspace" in obs
         obs, _, _, _, info = act(jail, tool="file_editor", command="view", path="fifo")  # must not block
         assert obs.startswith("ERROR") and "not a regular file" in obs
+        timed_bash(jail, "mkdir -p d && ln -sfn /etc d/etclink && ln -sfn .. d/loop")
+        obs, _, _, _, info = act(jail, tool="search", pattern="root:x:0")  # /etc/passwd's first line
+        assert obs.startswith("No matches") and info["action_valid"]
+        for bad in ("a\x00b", "/testbed/../etc/passwd"):
+            _, r, _, _, info = act(jail, tool="file_editor", command="view", path=bad)
+            assert r == -0.1 and not info["action_valid"]
+        _, _, _, _, info = act(jail, tool="file_editor", command="create", path="s.py", file_text="\ud800")
+        assert not info["action_valid"] and not (jail.repo / "s.py").exists()
 
     def test_fork_bomb_is_contained(self, jail):
         obs, info, dt = timed_bash(jail, "python3 -c \"import os\nwhile True:\n    os.fork()\"")
