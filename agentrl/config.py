@@ -219,10 +219,20 @@ def validate_env(env_id: str, env_modules=None) -> None:
         raise RecipeError(f"unknown env_id {env_id!r}; valid: {', '.join(valid)}")
 
 
+_CHECKED_TASKS: set[str] = set()
+
+
 def validate_tasks(cfg: "AgentRLConfig") -> None:
     """Make the env and reset it on the first training task: bad env_kwargs or reset options
-    (split, families) fail here, once, instead of turning every episode into an env error."""
+    (split, families) fail here, once, instead of turning every episode into an env error.
+    A combination that passed is remembered for the process (checking many recipes resets
+    ALFWorld, 2-3 s a reset, once per distinct setting)."""
     import gymnasium as gym
+
+    key = json.dumps([cfg.env_id, cfg.env_kwargs, cfg.reset_options(), cfg.task_seed_start],
+                     sort_keys=True, default=str)
+    if key in _CHECKED_TASKS:
+        return
 
     try:
         env = gym.make(cfg.env_id, **(cfg.env_kwargs or {}))
@@ -234,6 +244,7 @@ def validate_tasks(cfg: "AgentRLConfig") -> None:
         raise RecipeError(f"task options {cfg.reset_options()} rejected by {cfg.env_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     finally:
         env.close()
+    _CHECKED_TASKS.add(key)
 
 
 def validate_credit(name: str, kwargs: dict) -> None:

@@ -32,16 +32,18 @@ def _getter(records: Sequence[Any]):
     ]
 
 
-def _required_columns(records: Sequence[Any]) -> list[list[Any]]:
-    """The REQUIRED fields as lists (input order); a one-line ValueError names what is missing."""
+def _required_columns(records: Sequence[Any]) -> tuple[list[list[Any]], str]:
+    """The REQUIRED fields as lists (input order) and the records' kind ("dict", "attr" or
+    "mixed"); a one-line ValueError names what is missing."""
     try:
-        get = itemgetter if isinstance(records[0], dict) else attrgetter
-        return [list(map(get(k), records)) for k in REQUIRED]
+        kind = "dict" if isinstance(records[0], dict) else "attr"
+        get = itemgetter if kind == "dict" else attrgetter
+        return [list(map(get(k), records)) for k in REQUIRED], kind
     except (KeyError, AttributeError, TypeError):
         get = _getter(records)
         missing = [k for k in REQUIRED if any(v is _MISSING for v in get(k, _MISSING))]
         if not missing:  # mixed dicts and objects: slow path
-            return [get(k) for k in REQUIRED]
+            return [get(k) for k in REQUIRED], "mixed"
         raise ValueError(
             f"step records lack required field(s) {missing}; required: {list(REQUIRED)}"
         ) from None
@@ -107,7 +109,7 @@ class Batch:
 
     def __init__(self, records: Sequence[Any]):
         self.n = n = len(records)
-        cols = _required_columns(records) if n else [[] for _ in REQUIRED]
+        cols, self._kind = _required_columns(records) if n else ([[] for _ in REQUIRED], "dict")
         gid, tid, t_in, obs, act, rew, done = cols
         t_in = np.asarray(t_in, dtype=np.int64) if n else np.zeros(0, np.int64)
         g_rank = sorted_rank(gid)
@@ -190,7 +192,12 @@ class Batch:
 
     def field(self, name: str, default: Any = None) -> list[Any]:
         """A record field in canonical order (Python list)."""
-        return _getter(self._records)(name, default)
+        recs = self._records
+        if self._kind == "dict":
+            return [r.get(name, default) for r in recs]
+        if self._kind == "attr":
+            return [getattr(r, name, default) for r in recs]
+        return _getter(recs)(name, default)
 
     def to_input_order(self, values: np.ndarray) -> np.ndarray:
         """Scatter canonical-order values back to the caller's record order."""

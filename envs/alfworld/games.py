@@ -73,9 +73,15 @@ def official_root() -> str | None:
 
 def ensure_generated(root: str, per_family: int = DEFAULT_PER_FAMILY,
                      valid_per_family: int = DEFAULT_VALID_PER_FAMILY, seed: int = DEFAULT_SEED,
-                     workers: int = 1, progress: bool = True) -> str:
-    """Build the game set at ``root`` unless it exists (manifest present). Process-safe."""
+                     workers: int | None = None, progress: bool = True) -> str:
+    """Build the game set at ``root`` unless it exists (manifest present). Process-safe.
+
+    ``workers`` defaults to min(4, CPU count) processes for the planner check.
+    """
     from envs.alfworld.generate import generate_game_set
+
+    if workers is None:
+        workers = max(1, min(4, os.cpu_count() or 1))
 
     if os.path.isfile(os.path.join(root, "manifest.json")):
         return root

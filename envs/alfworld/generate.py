@@ -84,6 +84,9 @@ LAMP_HOSTS = ("Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable", "DiningTab
 # ALFRED's constants: MAX_NUM_OF_OBJ_INSTANCES (other objects), PICKUP_REPEAT_MAX (the target).
 MAX_INSTANCES = 3
 MAX_TARGET_INSTANCES = 4
+# P(1, 2, 3 instances) of a non-target object type: most THOR objects appear once. Fewer
+# objects also keep resets and steps fast (TextWorld grounds take/put per object x receptacle).
+DISTRACTOR_WEIGHTS = (0.6, 0.3, 0.1)
 MAX_ATTEMPTS = 8  # resample a slot this many times when the planner cannot solve the game
 
 
@@ -311,8 +314,8 @@ def build_problem(spec: GameSpec, scene: Scene) -> tuple[str, dict[str, Any]]:
     target, parent, lamp = p["object_target"], p["parent_target"], p["toggle_target"]
     receps = sorted(scene.receptacles)
 
-    # Objects: every pickupable type of the scene, 1..3 instances; the target 1..4 (2..4 for
-    # pick2). Each instance lands in a random receptacle that can hold it; target instances
+    # Objects: every pickupable type of the scene, 1..3 instances (DISTRACTOR_WEIGHTS); the
+    # target 1..4 (2..4 for pick2). Each instance lands in a random receptacle that can hold it; target instances
     # never start in a receptacle of the parent's type.
     objects: dict[str, str] = {}       # THOR-like id -> type
     placement: dict[str, str] = {}     # object id -> receptacle id
@@ -321,7 +324,7 @@ def build_problem(spec: GameSpec, scene: Scene) -> tuple[str, dict[str, Any]]:
         if otype == target:
             n = rng.randint(2 if spec.family == "pick2" else 1, MAX_TARGET_INSTANCES)
         else:
-            n = rng.randint(1, MAX_INSTANCES)
+            n = rng.choices(range(1, MAX_INSTANCES + 1), weights=DISTRACTOR_WEIGHTS)[0]
         hosts = [r for r in receps if can_hold(scene.receptacles[r], otype)]
         if otype == target and parent:
             hosts = [r for r in hosts if scene.receptacles[r] != parent]
@@ -573,9 +576,6 @@ def generate_game_set(out: str, per_family: int = 4, valid_per_family: int | Non
     scene_cache: dict[int, Scene] = {}
     # Slots in a fixed order: train first, so valid_seen can exclude train's tasks.
     order = [s for s in SPLITS if s in splits]
-    if "valid_seen" in order and "train" not in order:
-        # valid_seen must still avoid train's tasks: sample (not build) train's specs first.
-        pass
     rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     used: set[str] = set()
@@ -584,8 +584,9 @@ def generate_game_set(out: str, per_family: int = 4, valid_per_family: int | Non
                dynamic_ncols=True)
     pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
-        need_train_keys = "valid_seen" in order and "train" not in order
-        if need_train_keys:
+        if "valid_seen" in order and "train" not in order:
+            # valid_seen must still avoid train's tasks: sample (not build) train's first
+            # attempts. (Exact only when the splits are built together.)
             for fam in families:
                 for slot in range(per_family):
                     spec = sample_spec(seed, "train", fam, slot, 0, used, scene_cache)
@@ -609,7 +610,7 @@ def generate_game_set(out: str, per_family: int = 4, valid_per_family: int | Non
                 jobs = [(s, tmp) for s in specs]
                 results = pool.map(_verify_worker, jobs) if pool else map(_verify_worker, jobs)
                 pending = []
-                for spec, row in zip(specs, results):
+                for spec, row in zip(specs, results, strict=True):
                     if row["solvable"]:
                         rows.append(row)
                         bar.update(1)
@@ -618,8 +619,13 @@ def generate_game_set(out: str, per_family: int = 4, valid_per_family: int | Non
                         pending.append((spec.family, spec.slot))
                     bar.set_postfix_str(f"{split} {spec.family}")
                 attempt += 1
-            for fam, slot in pending:
+            for fam, slot in pending:   # gave up after MAX_ATTEMPTS
+                failures.append({"split": split, "family": fam, "slot": slot,
+                                 "error": f"no solvable game in {MAX_ATTEMPTS} attempts"})
                 bar.update(1)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     finally:
         bar.close()
         if pool:

@@ -85,10 +85,15 @@ def test_trajectory_mode_masks_env_tokens(tmp_path, tiny_model_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    cfg = make_cfg(tmp_path, tiny_model_dir, context_mode="trajectory", max_steps=1, save_rollouts=True)
+    # steps_per_generation=2 with gradient_accumulation_steps=1: TRL splits one generation into
+    # 2 optimizer steps, so the second is off-policy and old_per_token_logps must be provided
+    cfg = make_cfg(tmp_path, tiny_model_dir, context_mode="trajectory", max_steps=2, save_rollouts=True,
+                   per_device_train_batch_size=4, steps_per_generation=2)
     tr = make_trainer(cfg)
     tr.train()
-    assert all(math.isfinite(float(h["loss"])) for h in tr.state.log_history if "loss" in h)
+    losses = [h["loss"] for h in tr.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(math.isfinite(float(x)) for x in losses)
+    assert "old_per_token_logps" in tr.last_rollout["rows"]
     recs, expected, lr = _check_advantages_match_saved(tr, tmp_path / "out", step=0)
     rows, eps = lr["rows"], lr["episodes"]
     assert rows["completion_ids"].shape[0] == 8  # one row per episode
@@ -108,11 +113,15 @@ def test_trajectory_mode_masks_env_tokens(tmp_path, tiny_model_dir):
 
 
 def test_lora_trains_adapter_only(tmp_path, tiny_model_dir):
+    # beta > 0 with PEFT: the reference is the base model with the adapter disabled (KL logged)
     cfg = make_cfg(tmp_path, tiny_model_dir, use_peft=True, lora_r=4, lora_alpha=8, lora_dropout=0.0,
-                   max_steps=1)
+                   max_steps=1, beta=0.04)
     tr = make_trainer(cfg)
     before = _params(tr.model)
     tr.train()
+    assert "ref_per_token_logps" in tr.last_rollout["rows"]
+    kl = [h["kl"] for h in tr.state.log_history if "kl" in h]
+    assert kl and all(math.isfinite(float(x)) for x in kl)
     after = _params(tr.model)
     lora = [n for n in before if "lora_" in n]
     base = [n for n in before if "lora_" not in n]

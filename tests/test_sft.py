@@ -1,0 +1,128 @@
+"""agentrl.sft: expert data uses the RL rollout's prompts, and SFT makes a tiny model imitate.
+
+Runtime: ~15-25 s on a 2-core machine with OMP_NUM_THREADS=1 (TRL import included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+ENV = "agentrl/TextCraft-v0"
+EK = {"prompt_style": "compact"}
+OPT = {"split": "train", "families": ["depth2"]}
+
+
+@pytest.fixture(scope="module")
+def expert():
+    from agentrl.sft import collect_expert
+
+    return collect_expert(ENV, [0, 1, 2], OPT, EK, history_length=1)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, expert):
+    from agentrl.models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"), texts=expert.corpus * 5, vocab_size=512,
+                            hidden_size=64, num_layers=2, seed=0)
+
+
+def test_expert_episodes_are_won_and_one_example_per_turn(expert):
+    assert expert.episodes == 3 and expert.won == 3
+    # Train depth-2 goal 0 is "acacia boat": get 2 logs, craft planks twice (4 each, 5 needed),
+    # craft the boat -> 4 turns (worked out from the recipes shown in the prompt).
+    first = [s.action for s in expert.steps[:4]]
+    assert first == ["get 2 acacia logs", "craft 4 acacia planks using 1 acacia logs",
+                     "craft 4 acacia planks using 1 acacia logs", "craft 1 acacia boat using 5 acacia planks"]
+    assert all(s.task_family == "depth2" for s in expert.steps)
+    assert "Goal: craft acacia boat." in expert.steps[0].user
+
+
+def test_sft_prompts_equal_the_rl_rollout_prompts(tiny, expert):
+    """Replaying the expert's actions through run_episodes must show the policy exactly the
+    prompt token ids the SFT examples were built from (same template, history and prefill)."""
+    from transformers import AutoTokenizer
+
+    from agentrl.rollout import run_episodes
+    from agentrl.sft import completion_ids, prompt_ids
+
+    tok = AutoTokenizer.from_pretrained(tiny)
+    steps = expert.steps[:4]  # goal 0's episode
+    turn = iter(range(len(steps)))
+
+    def replay(prompts):
+        assert len(prompts) == 1
+        return [completion_ids(tok, steps[next(turn)].action)]
+
+    (ep,) = run_episodes(ENV, [{"seed": 0, "options": OPT, "group_id": "g"}], replay, tok, env_kwargs=EK,
+                         history_length=1)
+    assert ep.won and ep.length == 4
+    assert ep.prompt_ids == [prompt_ids(tok, s.user) for s in steps]
+    # the completion is the action body, the closing tag and end of turn (prefill is in the prompt)
+    assert tok.decode(completion_ids(tok, "get 2 acacia logs")) == "get 2 acacia logs</action><|im_end|>"
+
+
+def test_chat_rows_format(expert):
+    from agentrl.sft import to_chat_rows
+
+    row = to_chat_rows(expert.steps[:1])[0]
+    assert row["prompt"] == [{"role": "user", "content": expert.steps[0].user}]
+    assert row["completion"] == [{"role": "assistant", "content": "<action>get 2 acacia logs</action>"}]
+
+
+def test_sft_tiny_model_imitates_the_expert(tiny, expert, tmp_path):
+    """Trivially learnable case: SFT on one goal's 4 expert turns; the greedy policy then replays
+    the expert through the real rollout and wins; the completion loss falls."""
+    import torch
+
+    from agentrl.eval import load_policy
+    from agentrl.rollout import hf_generate_fn, run_episodes
+    from agentrl.sft import sft_train
+
+    torch.manual_seed(0)
+    m = sft_train(str(tiny), expert.steps[:4], tmp_path / "sft", max_steps=60, learning_rate=3e-3,
+                  batch_size=4, seed=0, quiet=True, logging_steps=10)
+    losses = [v for _, v in m["loss_curve"]]
+    assert m["examples"] == 4 and m["train_steps"] == 60
+    # a random-init model starts near ln(vocab) ~ 6; after imitation the loss is near zero
+    assert losses[0] > 1.0 and losses[-1] < 0.1 * losses[0]
+    model, tok = load_policy(str(tmp_path / "sft"))
+    gen = hf_generate_fn(model, tok, max_new_tokens=24, do_sample=False)
+    (ep,) = run_episodes(ENV, [{"seed": 0, "options": OPT, "group_id": "g"}], gen, tok, env_kwargs=EK,
+                         history_length=1, max_turns=8)
+    assert ep.won
+    assert [r.action for r in ep.steps] == [s.action for s in expert.steps[:4]]
+
+
+def test_cli_bad_env_is_one_line_error(capsys, tmp_path):
+    from agentrl.sft import main
+
+    assert main(["--env", "agentrl/Nope-v0", "--out", str(tmp_path / "x"), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("agentrl sft: unknown env id 'agentrl/Nope-v0'; valid:") and "TextCraft" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_cli_bad_json(capsys, tmp_path):
+    from agentrl.sft import main
+
+    assert main(["--env", ENV, "--out", str(tmp_path / "x"), "--options", "[1]"]) == 2
+    assert "--options must be a JSON object" in capsys.readouterr().err
+
+
+def test_sft_metrics_written(tiny, tmp_path):
+    """The CLI path end to end on one episode: data, model and metrics land in --out."""
+    from agentrl.sft import run_sft
+
+    m = run_sft(ENV, str(tiny), tmp_path / "o", episodes=1, options={"families": ["depth2"]}, env_kwargs=EK,
+                history_length=1, max_steps=2, batch_size=2, quiet=True)
+    assert m["expert_won"] == 1 and m["train_steps"] == 2
+    rows = [json.loads(x) for x in (tmp_path / "o" / "sft_data.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and m["examples"] == 4
+    assert (tmp_path / "o" / "config.json").is_file() and (tmp_path / "o" / "tokenizer_config.json").is_file()
