@@ -151,10 +151,10 @@ def test_generated_set_covers_every_family_and_split(game_root):
 # --- env ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_expert_wins_every_family(env, family):
-    r, n, info, _ = play_expert(env, 0, {"split": "train", "families": [family]})
+    r, n, info, trace = play_expert(env, 0, {"split": "train", "families": [family]})
     assert info["won"] and r == 1.0 and info["task_family"] == family
     # the planner expert follows the walkthrough stored (and verified) at generation time
-    with open(info["game_file"]) as f:
+    with open(trace[0][1]["game_file"]) as f:
         assert n == len(json.load(f)["walkthrough"])
 
 
