@@ -39,7 +39,7 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DESIGNS: dict[str, dict[str, Any]] = {
     "tiny": dict(recipe="demo_tiny.yaml", hidden_size=128, num_layers=2, vocab_size=1024,
                  sft_episodes=232, sft_steps=1200, sft_lr=1e-3, sft_batch=16, threads=1,
-                 rl_steps=60, save_steps=10, eval_episodes=59, eval_turns=15),
+                 rl_steps=30, save_steps=10, eval_episodes=59, eval_turns=15),
     "smollm2": dict(recipe="demo_smollm2.yaml", sft_episodes=64, sft_steps=12, sft_lr=5e-5, sft_batch=8,
                     threads=2, rl_steps=8, save_steps=4, eval_episodes=59, eval_turns=15),
 }

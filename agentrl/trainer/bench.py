@@ -62,6 +62,29 @@ def main(argv=None) -> int:
         v = [float(h[k]) for h in later if k in h]
         return sum(v) / len(v) if v else None
 
+    # For comparison: what a dedicated fingerprint pass over the last iteration's prompts costs
+    # (BiPACE's approach: a full forward with hidden states), and the truncated forward used
+    # under vLLM, both in chunks of --rollouts prompts.
+    import time
+
+    from agentrl.rollout.generation import truncated_forward_fingerprints
+
+    prompts = [p for ep in tr.last_rollout["episodes"] for p in ep.prompt_ids]
+    m = tr.accelerator.unwrap_model(tr.model)
+    pad_id = tr.processing_class.pad_token_id
+    chunks = [prompts[i:i + a.rollouts] for i in range(0, len(prompts), a.rollouts)]
+    t0 = time.perf_counter()
+    for c in chunks:
+        truncated_forward_fingerprints(m, c, a.fingerprint_layer, pad_id)
+    trunc_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for c in chunks:
+            w = max(map(len, c))
+            ids = torch.tensor([[pad_id] * (w - len(p)) + p for p in c], device=tr.accelerator.device)
+            att = (torch.arange(w)[None, :] >= torch.tensor([w - len(p) for p in c])[:, None]).long()
+            m(input_ids=ids, attention_mask=att.to(ids.device), output_hidden_states=True)
+    full_s = time.perf_counter() - t0
     step = mean("step_time")
     fp = mean("time/fingerprint_s") or 0.0
     print(json.dumps({
@@ -69,7 +92,9 @@ def main(argv=None) -> int:
         "device": str(tr.accelerator.device), "threads": torch.get_num_threads(),
         "step_s": step, "rollout_s": mean("time/rollout_s"), "credit_s": mean("time/credit_s"),
         "update_s": mean("time/update_s"), "fingerprint_s": fp,
-        "fingerprint_share": fp / step if step else None, "episode_len": mean("env/episode_len"),
+        "fingerprint_share": fp / step if step else None,
+        "dedicated_full_forward_s": full_s, "dedicated_full_forward_share": full_s / step if step else None,
+        "truncated_forward_s": trunc_s, "truncated_forward_share": trunc_s / step if step else None, "episode_len": mean("env/episode_len"),
         "rows": mean("rows/real"), "gen_tokens_per_s": mean("gen/tokens_per_s"),
     }))
     return 0

@@ -15,8 +15,8 @@ import hashlib
 from collections import OrderedDict
 
 _SAS_CACHE: OrderedDict = OrderedDict()
-SAS_CACHE_SIZE = 64
-"""Translations kept (LRU); one kitchen game's pair is a few MB."""
+SAS_CACHE_SIZE = 16
+"""Translations kept (LRU): 2 per game, ~4 MB each for a kitchen game."""
 
 INSTALL_HINT = ("the alfworld extra is missing: pip install alfworld==0.4.2 textworld==1.7.0 "
                 "(or pip install -e '.[alfworld]')")

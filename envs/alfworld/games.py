@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 from functools import lru_cache
 
 from envs.alfworld.generate import FAMILIES, GENERATOR_VERSION, SPLITS, TASK_TYPE_TO_FAMILY
@@ -90,6 +91,9 @@ def ensure_generated(root: str, per_family: int = DEFAULT_PER_FAMILY,
         fcntl.flock(lock, fcntl.LOCK_EX)      # another process may be building it right now
         try:
             if not os.path.isfile(os.path.join(root, "manifest.json")):
+                n = 6 * (per_family + 2 * valid_per_family)
+                print(f"agentrl: building {n} ALFWorld games in {root} (once; ~2-5 s of CPU "
+                      f"per game, {workers} worker(s))", file=sys.stderr)
                 generate_game_set(root, per_family, valid_per_family, seed, workers=workers,
                                   progress=progress)
         finally:

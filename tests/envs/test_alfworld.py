@@ -158,13 +158,31 @@ def test_expert_wins_every_family(env, family):
         assert n == len(json.load(f)["walkthrough"])
 
 
+def test_planner_subproblem_keeps_goal_objects_only(env):
+    from envs.alfworld.engine import pddl_env
+    from envs.alfworld.planner import reduced_problem
+
+    obs, info = env.reset(seed=0, options={"split": "train", "families": ["pick2"]})
+    with open(os.path.join(os.path.dirname(info["game_file"]), "traj_data.json")) as f:
+        target = json.load(f)["pddl_params"]["object_target"].lower()
+    pe = pddl_env(env._tw)
+    full = pe._game_data["pddl_problem"]
+    small = reduced_problem(full, pe._pddl_state.facts)
+    full_objs = re.findall(r"^\s*(\S+) - object\s*$", full, re.M)
+    small_objs = re.findall(r"^\s*(\S+) - object\s*$", small, re.M)
+    targets = [o for o in full_objs if o.lower().startswith(target + "_bar_")]
+    assert len(full_objs) > len(targets) >= 2                   # distractors exist in the game
+    assert sorted(small_objs) == sorted(o.lower() for o in targets)
+    assert small.endswith(full[full.index("(:goal"):])           # same goal
+
+
 def test_expert_replans_after_a_deviation(env):
     obs, info = env.reset(seed=0, options={"split": "valid_unseen", "families": ["pick"]})
     first = env.expert_action()
     other = next(a for a in info["admissible_actions"] if a.startswith("go to") and a != first)
     env.step(format_action(other))                     # leave the plan: agent moved elsewhere
-    r, n = 0.0, 0
-    for n in range(1, 30):
+    r = 0.0
+    for _ in range(30):
         a = env.expert_action()
         obs, r, term, _, info = env.step(format_action(a))
         assert info["action_valid"]
