@@ -273,6 +273,10 @@ def validate_model(path: str) -> None:
     if not _HUB_ID.match(path):
         raise RecipeError(f"model_name_or_path {path!r} is neither a local folder, an embedded model "
                           f"({', '.join(EMBEDDED_MODELS)}) nor a hub id")
+    if p.parent != Path(".") and p.parent.is_dir():
+        # "runs/tiny_model" looks like a hub id, but its folder "runs/" exists here: a missing
+        # local folder (a real hub id's owner, e.g. "Qwen/", is not a local folder)
+        raise RecipeError(f"model folder not found: {path} (model_name_or_path)")
 
 
 def vllm_available() -> bool:

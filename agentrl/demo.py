@@ -43,7 +43,7 @@ DESIGNS: dict[str, dict[str, Any]] = {
     "smollm2": dict(recipe="demo_smollm2.yaml", sft_episodes=64, sft_steps=12, sft_lr=5e-5, sft_batch=8,
                     threads=2, rl_steps=8, save_steps=4, eval_episodes=59, eval_turns=15),
 }
-QUICK = dict(sft_steps_tiny=300, sft_steps_smollm2=4, rl_steps=4, save_steps=2, eval_episodes=16, eval_turns=12)
+QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, eval_episodes=12, eval_turns=12)
 
 
 def log(msg: str) -> None:
@@ -107,11 +107,13 @@ def plot_curve(points: list[tuple[int, float, float]], train_curve: list[tuple[i
 
 def run(out: Path, design_name: str = "tiny", quick: bool = False) -> dict[str, Any]:
     design = DESIGNS[design_name]
-    threads = design["threads"]
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    # Tiny models run far faster on 1 thread than 2 on a loaded 2-core machine, 135M ones the
+    # other way round (FINDINGS.md); the design decides, AGENTRL_DEMO_THREADS overrides.
+    threads = int(os.environ.get("AGENTRL_DEMO_THREADS", design["threads"]))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch
 
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    torch.set_num_threads(threads)
     from agentrl import sft
     from agentrl import train as train_mod
 

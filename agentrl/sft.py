@@ -100,7 +100,10 @@ def collect_expert(
         won = False
         for t in range(max_turns):
             user = _user_prompt(base, obs, info, history, t, history_length)
-            body = base.expert_action()
+            try:
+                body = base.expert_action()
+            except NotImplementedError:
+                raise SFTError(f"{env_id} has no expert (expert_action() is not implemented)") from None
             if body is None:
                 break
             ep_steps.append(ExpertStep(user, body, str(info.get("task_family", ""))))
@@ -177,7 +180,25 @@ def sft_train(
 ) -> dict[str, Any]:
     """Fine-tune ``model_path`` on ``steps`` with TRL's SFTTrainer; save model + tokenizer.
 
-    Returns metrics: examples, train steps, seconds, and the logged loss curve.
+    Args:
+        model_path: model folder or embedded name (``smollm2``).
+        steps: the expert examples (``collect_expert(...).steps``).
+        out_dir: where the fine-tuned model + tokenizer are saved.
+        max_steps: optimizer steps; when > 0 it overrides ``epochs`` (a short warm start).
+        epochs: passes over the examples when ``max_steps`` <= 0.
+        learning_rate: constant learning rate (after the optional warm-up).
+        batch_size: examples per device step.
+        grad_accum: gradient accumulation steps.
+        warmup_ratio: warm-up as a fraction of the steps (0 = none).
+        weight_decay: AdamW weight decay.
+        seed: seed of model init order, data shuffling and dropout.
+        prefill: text after the assistant header, part of the prompt (as in the rollout).
+        max_length: examples longer than this (tokens) are skipped.
+        logging_steps: loss logged every this many steps.
+        quiet: no progress bar.
+
+    Returns metrics: examples, train steps, seconds, final loss, the logged loss curve, and the
+    trainer itself under ``"trainer"`` (its model is the fine-tuned one).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
@@ -241,7 +262,19 @@ def run_sft(
     history_length: int = 2,
     **train_kwargs,
 ) -> dict[str, Any]:
-    """Collect expert episodes (seeds ``seed_start..+episodes``), write the chat data, train."""
+    """Collect expert episodes (seeds ``seed_start..+episodes``), write the chat data, train.
+
+    Args:
+        env_id: registered gymnasium id.
+        model: model folder or embedded name.
+        out_dir: output folder (model, tokenizer, ``sft_data.jsonl``, ``sft_metrics.json``).
+        episodes: expert episodes to play (one task seed each).
+        seed_start: first task seed.
+        options: reset options; ``split`` defaults to ``train`` so held-out tasks stay unseen.
+        env_kwargs: ``gymnasium.make`` kwargs (e.g. ``{"prompt_style": "compact"}``).
+        history_length: steps of history in the prompt; use the RL recipe's value.
+        **train_kwargs: passed to ``sft_train``.
+    """
     if episodes <= 0:
         raise SFTError("--episodes must be positive")
     options = {"split": "train", **(options or {})}

@@ -58,29 +58,63 @@ def onehot_gram(ids: np.ndarray) -> GramFn:
     return gram
 
 
+class _DenseGram:
+    """Gram of the L2-normalized fingerprints (canonical order); zero vectors stay zero.
+
+    Called with the positions of one group it returns that group's (n, n) Gram (upper triangle
+    valid). :meth:`fill` writes the Grams of a whole lock-step chunk at once: the chunk's
+    fingerprints are stacked into one zero-padded (groups, N, D) array and multiplied in one
+    batched GEMM straight into the clustering's work array (no per-group copy).
+    """
+
+    def __init__(self, F: np.ndarray | list):
+        self.F = F
+        first = F[0] if len(F) else None
+        self.dim = int(np.size(first)) if first is not None else 0
+        """Fingerprint length (of the first record; a mismatch raises in :meth:`_rows`)."""
+
+    def _rows(self, pos: np.ndarray) -> np.ndarray:
+        try:
+            if isinstance(self.F, np.ndarray):
+                X = np.asarray(self.F[pos], dtype=np.float32)
+            else:
+                X = np.array(self.F[pos[0] : pos[-1] + 1], dtype=np.float32)  # one contiguous run
+        except ValueError:
+            X = None
+        if X is None or X.ndim != 2 or X.shape[1] != self.dim:
+            raise ValueError("fingerprints must all be flat float vectors of the same length")
+        return X
+
+    @staticmethod
+    def _normalize(X: np.ndarray) -> np.ndarray:
+        norm = np.sqrt(np.einsum("...j,...j->...", X, X))
+        X *= np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)[..., None]
+        return X
+
+    def __call__(self, pos: np.ndarray) -> np.ndarray:
+        # only the upper triangle (j >= i) is ever read: BLAS syrk does half the GEMM's work
+        return _syrk(self._normalize(self._rows(pos)))
+
+    def fill(self, ranges: list[tuple[int, int]], out: np.ndarray, xbuf: np.ndarray) -> None:
+        """Write the Gram of each group ``ranges[g] = (start, end)`` into ``out[g, :n, :n]``.
+
+        ``xbuf`` is scratch of at least len(ranges) * N * dim float32 elements.
+        """
+        ng, N = out.shape[0], out.shape[1]
+        X = xbuf[: ng * N * self.dim].reshape(ng, N, self.dim)
+        for g, (s, e) in enumerate(ranges):
+            X[g, : e - s] = self._rows(np.arange(s, e))
+            X[g, e - s :] = 0.0
+        np.matmul(self._normalize(X), X.transpose(0, 2, 1), out=out)
+
+
 def dense_gram(F: np.ndarray | list) -> GramFn:
     """Gram of the L2-normalized fingerprints (canonical order); zero vectors stay zero.
 
     ``F`` is an (n, d) array or a list of per-record vectors; a list is stacked one group at a
     time (no batch-sized copy).
     """
-
-    def gram(pos: np.ndarray) -> np.ndarray:
-        try:
-            if isinstance(F, np.ndarray):
-                X = np.asarray(F[pos], dtype=np.float32)
-            else:
-                X = np.array(F[pos[0] : pos[-1] + 1], dtype=np.float32)  # pos is one contiguous run
-        except ValueError:
-            X = None
-        if X is None or X.ndim != 2:
-            raise ValueError("fingerprints must all be flat float vectors of the same length")
-        norm = np.sqrt(np.einsum("ij,ij->i", X, X))
-        X = X * np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)[:, None]
-        # only the upper triangle (j >= i) is ever read: BLAS syrk does half the GEMM's work
-        return _syrk(X)
-
-    return gram
+    return _DenseGram(F)
 
 
 class HashNgram:
@@ -162,24 +196,18 @@ def text_gram(text_ids: np.ndarray, texts: list[str], n: int = 3, dim: int = 102
 
 # ---------------------------------------------------------------------------- clustering
 def _chunk_cluster(
-    grams: list[np.ndarray], eps: float, update: bool, gbuf: np.ndarray, pbuf: np.ndarray
+    Gm: np.ndarray, sizes: np.ndarray, eps: float, update: bool, pbuf: np.ndarray
 ) -> list[np.ndarray]:
-    """Algorithm 1 on several groups at once (``grams`` sorted by size, largest first).
+    """Algorithm 1 on several groups at once (sorted by size, largest first).
 
-    ``gbuf``/``pbuf`` are scratch buffers of at least groups*N*N float32. Only the upper triangle
-    of each Gram (j >= i) is read. Rows k < kmax of clusters a group has not seeded yet hold -2
-    (below any cosine; written when some group first uses row k), so the argmax needs no mask.
-    Other padding entries are never read: a group is inactive once i >= its size, and P[g, k, j]
-    is written when cluster k is seeded, before record j reads it.
+    ``Gm[g, :n, :n]`` holds group g's Gram (only the upper triangle, j >= i, is read);
+    ``pbuf`` is scratch of at least groups*N*N float32. Rows k < kmax of clusters a group has
+    not seeded yet hold -2 (below any cosine; written when some group first uses row k), so the
+    argmax needs no mask. Other padding entries are never read: a group is inactive once i >= its
+    size, and P[g, k, j] is written when cluster k is seeded, before record j reads it.
     """
-    sizes = np.array([g.shape[0] for g in grams], dtype=np.int64)
-    ng, N = len(grams), int(sizes[0])
-    Gm = gbuf[: ng * N * N].reshape(ng, N, N)
-    diag = np.zeros((ng, N), dtype=np.float32)
-    for gi, g in enumerate(grams):
-        n = g.shape[0]
-        Gm[gi, :n, :n] = g
-        diag[gi, :n] = np.diagonal(g)
+    ng, N = Gm.shape[0], Gm.shape[1]
+    diag = np.where(np.arange(N) < sizes[:, None], np.diagonal(Gm, axis1=1, axis2=2), 0.0).astype(np.float32)
     inv_root = (1.0 / np.sqrt(np.maximum(diag, 1e-30))) * (diag > 0)
     P = pbuf[: ng * N * N].reshape(ng, N, N)  # P[g, k, j] = centroid_k . x_j
     cnt = np.zeros((ng, N), dtype=np.float32)
@@ -249,14 +277,24 @@ def greedy_cosine_partition(batch: Batch, gram: GramFn, eps: float, update: bool
     cap = max(_CHUNK_ELEMS, nmax * nmax)
     gbuf = np.empty(cap, dtype=np.float32)
     pbuf = np.empty(cap, dtype=np.float32)
+    fill = getattr(gram, "fill", None)
+    dim = int(getattr(gram, "dim", 0)) if fill is not None else 0
+    xbuf = np.empty(max(cap, nmax * dim), dtype=np.float32) if fill is not None else None
     p = 0
     while p < len(by_size):
         N = int(sizes[by_size[p]])
         per = max(1, cap // (N * N))
+        if fill is not None:  # the stacked fingerprints of the chunk must fit xbuf too
+            per = max(1, min(per, len(xbuf) // max(N * dim, 1)))
         chunk = by_size[p : p + per]
-        grams = [gram(np.arange(starts[g], ends[g])) for g in chunk]
+        Gm = gbuf[: len(chunk) * N * N].reshape(len(chunk), N, N)
+        if fill is not None:
+            fill([(int(starts[g]), int(ends[g])) for g in chunk], Gm, xbuf)
+        else:
+            for gi, g in enumerate(chunk):
+                Gm[gi, : sizes[g], : sizes[g]] = gram(np.arange(starts[g], ends[g]))
         with np.errstate(invalid="ignore", over="ignore"):  # uninitialized padding is never read
-            labs = _chunk_cluster(grams, eps, update, gbuf, pbuf)
+            labs = _chunk_cluster(Gm, sizes[chunk], eps, update, pbuf)
         for g, lab in zip(chunk, labs, strict=True):
             local[starts[g] : ends[g]] = lab
             ncl[g] = int(lab.max()) + 1

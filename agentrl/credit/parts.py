@@ -13,6 +13,7 @@ values are all equal gets a mean equal to that value bit for bit and an advantag
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -96,8 +97,15 @@ def action_key_first_n(batch: Batch, n: int) -> np.ndarray:
             f"action_key='first_n' needs action_token_ids on every record ({missing} of {len(toks)} lack it); "
             "use action_key='action_tag' instead"
         )
-    ids, _ = factorize([tuple(t[:n]) for t in toks])
-    return ids
+    # One streaming pass: each key tuple is hashed once (setdefault gives first-seen ids, as
+    # factorize does) and dropped at once, instead of a list of 100k tuples hashed twice.
+    table: dict[tuple, int] = {}
+    head = itemgetter(slice(0, n))
+    return np.fromiter(
+        (table.setdefault(k, len(table)) for k in map(tuple, map(head, toks))),
+        dtype=np.int64,
+        count=len(toks),
+    )
 
 
 def action_key_tag(batch: Batch) -> tuple[np.ndarray, float]:

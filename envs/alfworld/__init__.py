@@ -9,6 +9,6 @@ Importing this package does not import alfworld/TextWorld; constructing the env 
 """
 
 from envs.alfworld.env import ALFWorldEnv, normalize_command
-from envs.alfworld.generate import FAMILIES, SPLITS
+from envs.alfworld.families import FAMILIES, SPLITS
 
 __all__ = ["ALFWorldEnv", "FAMILIES", "SPLITS", "normalize_command"]

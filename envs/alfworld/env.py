@@ -82,7 +82,7 @@ class ALFWorldEnv(TextEnv):
             expert_type: ``"planner"`` (Fast Downward, optimal, full knowledge) or
                 ``"handcoded"`` (ALFWorld's heuristic explorer) for :meth:`expert_action`.
             auto_generate: build the default generated set on first use when no games are
-                found (48 games, a few minutes on one core); False raises instead.
+                found (48 games, ~2 s of CPU each: ~1-2 min on 2 idle cores); False raises.
             invalid_action_penalty: subtracted from the reward of a malformed or inadmissible
                 action (BiPACE App. J).
             history_length: (observation, action) pairs shown in the prompt.
@@ -144,7 +144,7 @@ class ALFWorldEnv(TextEnv):
                     self._game_data = json.load(f)
             state = self._tw.reset()
         if family is None:
-            from envs.alfworld.generate import TASK_TYPE_TO_FAMILY
+            from envs.alfworld.families import TASK_TYPE_TO_FAMILY
 
             with open(os.path.join(os.path.dirname(game_file), "traj_data.json")) as f:
                 family = TASK_TYPE_TO_FAMILY.get(json.load(f)["task_type"], "unknown")

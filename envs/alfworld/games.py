@@ -18,7 +18,7 @@ import os
 import sys
 from functools import lru_cache
 
-from envs.alfworld.generate import FAMILIES, GENERATOR_VERSION, SPLITS, TASK_TYPE_TO_FAMILY
+from envs.alfworld.families import FAMILIES, GENERATOR_VERSION, SPLITS, TASK_TYPE_TO_FAMILY
 
 SPLIT_ALIASES = {"valid": "valid_seen", "eval_in_distribution": "valid_seen",
                  "eval_out_of_distribution": "valid_unseen"}

@@ -176,8 +176,11 @@ def test_fingerprints_hooks_and_branches(tmp_path, tiny_model_dir):
     assert torch.allclose(torch.tensor(ep.steps[0].fingerprint), box["h"], atol=1e-4)
 
 
-def test_recipe_errors_in_process(tmp_path, tiny_model_dir, capsys):
+def test_recipe_errors_in_process(tmp_path, tiny_model_dir, capsys, monkeypatch):
     from agentrl.train import main
+
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
 
     def run(d, extra=()):
         rec = tmp_path / "bad.yaml"
@@ -193,6 +196,8 @@ def test_recipe_errors_in_process(tmp_path, tiny_model_dir, capsys):
         (dict(env_id="agentrl/Nope-v0"), (), "agentrl/TextCraft-v0"),
         (dict(credit="nope"), (), "nope"),
         (dict(model_name_or_path="/nonexistent/model"), (), "model folder not found: /nonexistent/model"),
+        # "runs/x" looks like a hub id; its existing parent folder (cwd is tmp_path) makes it local
+        (dict(model_name_or_path="runs/no_such_model"), (), "model folder not found: runs/no_such_model"),
         (dict(use_vllm=True), (), "use_vllm: true needs vllm"),
         (dict(context_mode="sideways"), (), "context_mode must be one of"),
         (dict(task_options={"bogus": 1}), (), "bogus"),
