@@ -222,7 +222,7 @@ def validate_env(env_id: str, env_modules=None) -> None:
 _CHECKED_TASKS: set[str] = set()
 
 
-def validate_tasks(cfg: "AgentRLConfig") -> None:
+def validate_tasks(cfg: AgentRLConfig) -> None:
     """Make the env and reset it on the first training task: bad env_kwargs or reset options
     (split, families) fail here, once, instead of turning every episode into an env error.
     A combination that passed is remembered for the process (checking many recipes resets

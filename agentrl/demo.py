@@ -93,8 +93,12 @@ def plot_curve(points: list[tuple[int, float, float]], train_curve: list[tuple[i
     ax.errorbar(xs, ys, yerr=[p[2] for p in points], marker="o", capsize=3,
                 label=f"held-out valid success ({n_eval} episodes, greedy; bars = 1 binomial s.e.)")
     if train_curve:
-        ax.plot([s for s, _ in train_curve], [100 * v for _, v in train_curve], alpha=0.4,
-                label="training rollouts success (sampled)")
+        # each step samples only a few training tasks: show a running mean over 5 steps
+        k = 5
+        vals = [100 * v for _, v in train_curve]
+        smooth = [sum(vals[max(0, i - k + 1): i + 1]) / len(vals[max(0, i - k + 1): i + 1]) for i in range(len(vals))]
+        ax.plot([s for s, _ in train_curve], smooth, alpha=0.5,
+                label=f"training rollouts success (sampled, mean of last {k} steps)")
     ax.set_xlabel("RL step (optimizer steps after the SFT warm start)")
     ax.set_ylabel("success (%)")
     ax.set_ylim(0, 100)

@@ -372,3 +372,9 @@ def decode_response(tokenizer, ids: list[int]) -> str:
 def episodes_to_records(episodes: Sequence[Episode]) -> list[StepRecord]:
     """All step records of ``episodes`` in order (episode by episode, t ascending)."""
     return [r for ep in episodes for r in ep.steps]
+
+
+# Public names for the prompt builders (agentrl.sft builds SFT prompts exactly as RL does).
+chat_text = _chat_text
+encode = _encode
+user_prompt = _user_prompt

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -299,7 +298,7 @@ class AgentGRPOTrainer(GRPOTrainer):
 
         if a.save_rollouts and self.accelerator.is_main_process:
             dicts = []
-            for r, adv in zip(all_records, adv_all):
+            for r, adv in zip(all_records, adv_all, strict=True):
                 d = r.to_dict()
                 d.setdefault("info", {})["advantage"] = float(adv)
                 dicts.append(d)
@@ -320,13 +319,13 @@ class AgentGRPOTrainer(GRPOTrainer):
             if n == 0:
                 continue
             if self.args.context_mode == "window":
-                for p, c, av in zip(ep.prompt_ids, ep.completion_ids, advs):
+                for p, c, av in zip(ep.prompt_ids, ep.completion_ids, advs, strict=True):
                     if c:
                         rows.append(dict(prompt=p, completion=c, loss_mask=[1] * len(c), adv=[float(av)] * len(c)))
             else:
                 c = ep.traj_completion_ids
                 tok_adv = [0.0] * len(c)
-                for (s, e), av in zip(ep.step_spans, advs):
+                for (s, e), av in zip(ep.step_spans, advs, strict=True):
                     for j in range(s, e):
                         tok_adv[j] = float(av)
                 rows.append(dict(prompt=ep.traj_prompt_ids, completion=c, loss_mask=list(ep.env_mask), adv=tok_adv))

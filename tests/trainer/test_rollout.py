@@ -7,9 +7,9 @@ import re
 
 import pytest
 import torch
+from count_env import ENV_ID
 
 from agentrl.rollout import GenerateOutput, hf_generate_fn, run_episodes
-from count_env import ENV_ID
 
 
 def scripted(tok, wrong_at=(), malformed_at=()):
@@ -102,7 +102,7 @@ def test_trajectory_mode_masks_env_tokens(tiny):
     assert len(ids) == len(mask)
     model_text = [tok.decode(ids[s:e]) for s, e in ep.step_spans]
     assert model_text == ["1</action><|im_end|>", "2</action><|im_end|>", "3</action><|im_end|>"]
-    env_text = tok.decode([t for t, m in zip(ids, mask) if m == 0])
+    env_text = tok.decode([t for t, m in zip(ids, mask, strict=True) if m == 0])
     # between model turns: a user turn with the new observation, the assistant header and prefill
     # (the model's own <|im_end|> closes its turn, so only "\n" is added before <|im_start|>)
     assert env_text.count("<|im_start|>user\nObservation: Say 2.") == 1
@@ -136,7 +136,7 @@ def test_hf_generate_fn_fingerprint_matches_full_forward(tiny):
     assert isinstance(out, GenerateOutput) and len(out.completion_ids) == 2
     # independent reference: unpadded forward with output_hidden_states; hidden_states[1] is
     # the output of decoder block 0; take each prompt's last token.
-    for p, fp in zip(prompts, out.fingerprints):
+    for p, fp in zip(prompts, out.fingerprints, strict=True):
         with torch.no_grad():
             hs = model(input_ids=torch.tensor([p]), output_hidden_states=True).hidden_states[1][0, -1]
         assert torch.allclose(torch.tensor(fp), hs, atol=1e-4)

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from test_trainer import BASE
 
 HERE = Path(__file__).resolve().parent
@@ -37,8 +36,8 @@ def _recipe(tmp_path, name, **kw):
 
 
 def _complete_checkpoints(out: Path):
-    return sorted((int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")
-                   if (p / "trainer_state.json").is_file() and (p / "rng_state.pth").is_file()))
+    return sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*")
+                   if (p / "trainer_state.json").is_file() and (p / "rng_state.pth").is_file())
 
 
 def test_kill_and_resume_continues_exactly(tmp_path, tiny_model_dir):

@@ -3,7 +3,6 @@
 Runtime: ~60-90 s on 2 cores (the first test pays TRL's import).
 """
 
-import json
 import math
 
 import numpy as np
@@ -12,7 +11,7 @@ import torch
 import yaml
 
 from agentrl.config import load_recipe
-from agentrl.records import read_jsonl, StepRecord
+from agentrl.records import StepRecord, read_jsonl
 
 BASE = dict(
     env_id="agentrl-test/Count-v0", env_modules=["count_env"], task_split="",
@@ -107,7 +106,7 @@ def test_trajectory_mode_masks_env_tokens(tmp_path, tiny_model_dir):
         assert c[lm.bool()].tolist() == model_tok
         env_text = tok.decode(c[: len(ep.traj_completion_ids)][~lm[: len(ep.traj_completion_ids)].bool()])
         assert env_text.count("<|im_start|>user") == n - 1
-        for (s, e), a in zip(ep.step_spans, expected[k: k + n]):
+        for (s, e), a in zip(ep.step_spans, expected[k: k + n], strict=True):
             assert torch.allclose(rows["advantages"][i][s:e], torch.full((e - s,), float(a)), atol=1e-5)
         k += n
 

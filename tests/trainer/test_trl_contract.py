@@ -73,10 +73,10 @@ def test_compute_loss_matches_hand_formula(tiny_model_dir, tmp_path):
     """Run TRL's _compute_loss on a hand-built batch with 2-D advantages and a tool mask and
     compare with the DAPO formula worked out here: with old logps = current logps the ratio is 1,
     so loss = -sum(A * mask) / num_items (num_items = masked tokens, 1 process, 1 step)."""
+    import yaml
+
     from agentrl.config import load_recipe
     from agentrl.trainer import AgentGRPOTrainer
-
-    import yaml
 
     rec = tmp_path / "r.yaml"
     rec.write_text(yaml.safe_dump(dict(
