@@ -25,6 +25,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from agentrl.recipe_file import RecipeError, read_recipe_file
 from agentrl.rollout.episodes import CONTEXT_MODES
 
 
@@ -35,10 +36,6 @@ def _cuda() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
-
-
-class RecipeError(ValueError):
-    """A user error in a recipe or CLI override: printed as one line, exit code 2."""
 
 
 @dataclass
@@ -287,20 +284,11 @@ def vllm_available() -> bool:
 
 def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRLConfig:
     """Parse ``path`` (YAML) + CLI ``overrides`` into a validated AgentRLConfig; RecipeError on bad input."""
-    import yaml
 
     overrides = list(overrides or [])
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise RecipeError(f"recipe not found: {path}")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise RecipeError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
-        if not isinstance(data, dict):
-            raise RecipeError(f"{path} must be a YAML mapping of config keys")
+        data = read_recipe_file(path)
     env_vars = data.pop("env", None) or {}
     if not isinstance(env_vars, dict):
         raise RecipeError("recipe key 'env' must be a mapping of environment variables")

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-import yaml
+from agentrl.recipe_file import RecipeError, read_recipe_file
 
 REPO_CONFIGS = Path(__file__).resolve().parent.parent / "accelerate_configs"
 
@@ -30,20 +30,13 @@ def _default_config() -> str:
 
 def build_command(recipe: str, overrides: list[str]) -> list[str]:
     path = Path(recipe)
-    if not path.is_file():
-        raise SystemExit(f"agentrl launch: recipe not found: {recipe}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise SystemExit(f"agentrl launch: {recipe} is not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise SystemExit(f"agentrl launch: {recipe} must be a mapping of config keys")
+    data = read_recipe_file(path)
     cfg = data.get("accelerate_config") or _default_config()
     cfg_path = Path(cfg)
     if not cfg_path.is_absolute() and not cfg_path.is_file():
         cfg_path = REPO_CONFIGS.parent / cfg
     if not cfg_path.is_file():
-        raise SystemExit(f"agentrl launch: accelerate config not found: {cfg}")
+        raise RecipeError(f"accelerate config not found: {cfg}")
     accelerate = shutil.which("accelerate") or "accelerate"
     return [accelerate, "launch", "--config_file", str(cfg_path), "-m", "agentrl.train", str(path), *overrides]
 
@@ -57,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         cmd = build_command(argv[0], argv[1:])
-    except SystemExit as e:
-        print(e, file=sys.stderr)
+    except RecipeError as e:
+        print(f"agentrl launch: {e}", file=sys.stderr)
         return 2
     if dry:
         print(shlex.join(cmd))

@@ -33,13 +33,14 @@ def test_launch_uses_recipe_accelerate_config(tmp_path):
     r = tmp_path / "r.yaml"
     r.write_text("accelerate_config: accelerate_configs/cpu_zero3.yaml\nenv_id: agentrl/TextCraft-v0\n")
     cmd = build_command(str(r), ["--max_steps", "3"])
-    assert cmd[1:4] == ["launch", "--config_file", str(REPO / "accelerate_configs" / "cpu_zero3.yaml")]
+    assert cmd[1:3] == ["launch", "--config_file"]
+    assert Path(cmd[3]).resolve() == REPO / "accelerate_configs" / "cpu_zero3.yaml"
     assert cmd[4:] == ["-m", "agentrl.train", str(r), "--max_steps", "3"]
 
 
 @pytest.mark.parametrize("content, msg", [
     ("a: [1,\n", "not valid YAML"),
-    ("- 1\n- 2\n", "must be a mapping"),
+    ("- 1\n- 2\n", "must be a YAML mapping"),
     ("accelerate_config: nowhere.yaml\n", "accelerate config not found"),
 ])
 def test_launch_bad_recipes(tmp_path, capsys, content, msg):

@@ -1,0 +1,30 @@
+"""Reading a recipe file: a YAML mapping of config keys.
+
+Kept free of heavy imports (TRL takes 10-16 s to import) so that ``agentrl launch`` can read the
+recipe's ``accelerate_config`` before handing over to ``accelerate launch``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class RecipeError(ValueError):
+    """A user error in a recipe or CLI override: printed as one line, exit code 2."""
+
+
+def read_recipe_file(path: str | Path) -> dict[str, Any]:
+    """Parse ``path`` into a dict; RecipeError (one line) if missing, not YAML or not a mapping."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise RecipeError(f"recipe not found: {path}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise RecipeError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path} must be a YAML mapping of config keys")
+    return data
