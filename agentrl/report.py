@@ -55,7 +55,7 @@ def smooth(ys: list[float], window: int) -> list[float]:
 
 def steps_to_threshold(xs: list[int], ys: list[float], threshold: float) -> int | None:
     """First step whose (smoothed) success is >= threshold; None if never reached."""
-    for x, y in zip(xs, ys):
+    for x, y in zip(xs, ys, strict=True):
         if y >= threshold:
             return x
     return None
@@ -75,7 +75,7 @@ def make_report(run_dirs: list[str], out: str | Path, thresholds: list[float], w
     summary: dict = {"runs": {}, "thresholds": thresholds}
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for label, hist in zip(labels, histories):
+    for label, hist in zip(labels, histories, strict=True):
         xs, ys = series(hist, SUCCESS_KEY)
         ys = smooth(ys, window)
         if xs:
@@ -117,7 +117,7 @@ def make_report(run_dirs: list[str], out: str | Path, thresholds: list[float], w
 
     fig, ax = plt.subplots(figsize=(6, 4))
     any_sf = False
-    for label, hist in zip(labels, histories):
+    for label, hist in zip(labels, histories, strict=True):
         xs, ys = series(hist, SINGLETON_KEY)
         if xs:
             any_sf = True
