@@ -47,7 +47,7 @@ $(VENV)/.setup-done: pyproject.toml Makefile
 	touch $@; echo "setup: done"
 
 demo: setup
-	OMP_NUM_THREADS=2 $(BIN)/python -m agentrl.demo --out runs/demo
+	$(BIN)/python -m agentrl.demo --out runs/demo
 
 demo-quick: setup
 	$(BIN)/python -m agentrl.demo --out runs/demo-quick --quick

@@ -39,7 +39,7 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DESIGNS: dict[str, dict[str, Any]] = {
     "tiny": dict(recipe="demo_tiny.yaml", hidden_size=128, num_layers=2, vocab_size=1024,
                  sft_episodes=232, sft_steps=1200, sft_lr=1e-3, sft_batch=16, threads=1,
-                 rl_steps=30, save_steps=10, eval_episodes=59, eval_turns=15),
+                 rl_steps=80, save_steps=10, eval_episodes=59, eval_turns=15),
     "smollm2": dict(recipe="demo_smollm2.yaml", sft_episodes=64, sft_steps=12, sft_lr=5e-5, sft_batch=8,
                     threads=2, rl_steps=8, save_steps=4, eval_episodes=59, eval_turns=15),
 }
@@ -64,8 +64,23 @@ def evaluate_held_out(model_dir: str | Path, episodes: int, max_turns: int, seed
              for s in range(episodes)]
     eps = run_episodes(ENV_ID, tasks, gen, tok, env_kwargs=ENV_KWARGS, history_length=1, max_turns=max_turns)
     res = summarize(eps, str(model_dir), ENV_ID, "valid", {}).all
+    wins = {e.group_id: bool(e.won) for e in eps}
     return {"success": res["success"], "success_se": res["success_se"], "episodes": res["episodes"],
-            "invalid_rate": res["invalid_rate"], "mean_length": res["mean_length"]}
+            "invalid_rate": res["invalid_rate"], "mean_length": res["mean_length"],
+            "wins": [wins[t["group_id"]] for t in tasks]}
+
+
+def paired_gain(before: list[bool], after: list[bool]) -> tuple[float, float]:
+    """Gain in points and its paired standard error over the same goals.
+
+    With d_i = after_i - before_i in {-1, 0, 1}, the s.e. of mean(d) is std(d) / sqrt(n); the
+    shared goals cancel out of the variance, which the unpaired s.e. ignores.
+    """
+    n = len(before)
+    d = [int(a) - int(b) for a, b in zip(after, before, strict=True)]
+    mean = sum(d) / n
+    var = sum((x - mean) ** 2 for x in d) / max(n - 1, 1)
+    return 100 * mean, 100 * math.sqrt(var / n)
 
 
 def build_base(design: dict, out: Path, corpus: list[str]) -> str:
@@ -189,14 +204,13 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False) -> dict[str, 
     plot_curve(points, train_curve, out / "learning_curve.png", n_eval)
     timings["total_s"] = time.time() - t_start
 
-    diff = after["success"] - before["success"]
-    se_diff = math.sqrt(before["success_se"] ** 2 + after["success_se"] ** 2)
+    diff, se_diff = paired_gain(before["wins"], after["wins"])
     summary = {"design": design_name, "quick": quick, "before": before, "after": after,
-               "gain": diff, "gain_se": se_diff, "curve": points, "train_curve": train_curve,
+               "gain": diff, "gain_paired_se": se_diff, "curve": points, "train_curve": train_curve,
                "sft": {k: m[k] for k in ("examples", "train_steps", "train_loss")}, "timings": timings,
                "rl_s_per_step": timings["rl_s"] / rl_steps, "checkpoint": str(rl_dir)}
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
-    log(f"gain {diff:+.1f} points (s.e. {se_diff:.1f}); total {timings['total_s'] / 60:.1f} min; "
+    log(f"gain {diff:+.1f} points (paired s.e. {se_diff:.1f}, same {before['episodes']} goals); total {timings['total_s'] / 60:.1f} min; "
         f"checkpoint {rl_dir}; curve {out / 'learning_curve.png'}")
     return summary
 

@@ -86,7 +86,7 @@ def collect_expert(
     The user message comes from the rollout's own prompt builder with the same history the RL
     rollout keeps ((observation, parsed action body) pairs, the last ``history_length`` shown).
     """
-    from agentrl.rollout.episodes import _user_prompt
+    from agentrl.rollout.episodes import user_prompt
 
     env = make_env(env_id, env_kwargs)
     base = env.unwrapped
@@ -99,7 +99,7 @@ def collect_expert(
         ep_steps: list[ExpertStep] = []
         won = False
         for t in range(max_turns):
-            user = _user_prompt(base, obs, info, history, t, history_length)
+            user = user_prompt(base, obs, info, history, t, history_length)
             try:
                 body = base.expert_action()
             except NotImplementedError:
@@ -127,9 +127,9 @@ def prompt_ids(tokenizer, user: str, prefill: str = ACTION_OPEN) -> list[int]:
     """Token ids of the RL window prompt, built exactly as ``agentrl.rollout`` builds them: the
     chat template (user turn + assistant header) as text, the prefill appended, tokenized once.
     """
-    from agentrl.rollout.episodes import _chat_text, _encode
+    from agentrl.rollout.episodes import chat_text, encode
 
-    return _encode(tokenizer, _chat_text(tokenizer, user) + prefill)
+    return encode(tokenizer, chat_text(tokenizer, user) + prefill)
 
 
 def completion_ids(tokenizer, body: str) -> list[int]:

@@ -62,9 +62,8 @@ class _DenseGram:
     """Gram of the L2-normalized fingerprints (canonical order); zero vectors stay zero.
 
     Called with the positions of one group it returns that group's (n, n) Gram (upper triangle
-    valid). :meth:`fill` writes the Grams of a whole lock-step chunk at once: the chunk's
-    fingerprints are stacked into one zero-padded (groups, N, D) array and multiplied in one
-    batched GEMM straight into the clustering's work array (no per-group copy).
+    valid). (A batched GEMM over a whole zero-padded chunk was measured no faster than one
+    syrk per group, so groups are done one at a time.)
     """
 
     def __init__(self, F: np.ndarray | list):
@@ -94,18 +93,6 @@ class _DenseGram:
     def __call__(self, pos: np.ndarray) -> np.ndarray:
         # only the upper triangle (j >= i) is ever read: BLAS syrk does half the GEMM's work
         return _syrk(self._normalize(self._rows(pos)))
-
-    def fill(self, ranges: list[tuple[int, int]], out: np.ndarray, xbuf: np.ndarray) -> None:
-        """Write the Gram of each group ``ranges[g] = (start, end)`` into ``out[g, :n, :n]``.
-
-        ``xbuf`` is scratch of at least len(ranges) * N * dim float32 elements.
-        """
-        ng, N = out.shape[0], out.shape[1]
-        X = xbuf[: ng * N * self.dim].reshape(ng, N, self.dim)
-        for g, (s, e) in enumerate(ranges):
-            X[g, : e - s] = self._rows(np.arange(s, e))
-            X[g, e - s :] = 0.0
-        np.matmul(self._normalize(X), X.transpose(0, 2, 1), out=out)
 
 
 def dense_gram(F: np.ndarray | list) -> GramFn:
@@ -165,7 +152,7 @@ class HashNgram:
             col = (code[keep] * np.uint32(2654435761)) >> np.uint32(32 - bits)
         else:
             col = (code[keep] * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)
-        return col.astype(np.int64), count
+        return col.astype(np.int32), count  # bucket ids < dim <= 2**20: int32 halves the memory
 
     def dense(self, ids: np.ndarray) -> np.ndarray:
         """L2-normalized float32 count rows of texts ``ids``."""
@@ -277,22 +264,14 @@ def greedy_cosine_partition(batch: Batch, gram: GramFn, eps: float, update: bool
     cap = max(_CHUNK_ELEMS, nmax * nmax)
     gbuf = np.empty(cap, dtype=np.float32)
     pbuf = np.empty(cap, dtype=np.float32)
-    fill = getattr(gram, "fill", None)
-    dim = int(getattr(gram, "dim", 0)) if fill is not None else 0
-    xbuf = np.empty(max(cap, nmax * dim), dtype=np.float32) if fill is not None else None
     p = 0
     while p < len(by_size):
         N = int(sizes[by_size[p]])
         per = max(1, cap // (N * N))
-        if fill is not None:  # the stacked fingerprints of the chunk must fit xbuf too
-            per = max(1, min(per, len(xbuf) // max(N * dim, 1)))
         chunk = by_size[p : p + per]
         Gm = gbuf[: len(chunk) * N * N].reshape(len(chunk), N, N)
-        if fill is not None:
-            fill([(int(starts[g]), int(ends[g])) for g in chunk], Gm, xbuf)
-        else:
-            for gi, g in enumerate(chunk):
-                Gm[gi, : sizes[g], : sizes[g]] = gram(np.arange(starts[g], ends[g]))
+        for gi, g in enumerate(chunk):  # each group's Gram straight into the chunk's work array
+            Gm[gi, : sizes[g], : sizes[g]] = gram(np.arange(starts[g], ends[g]))
         with np.errstate(invalid="ignore", over="ignore"):  # uninitialized padding is never read
             labs = _chunk_cluster(Gm, sizes[chunk], eps, update, pbuf)
         for g, lab in zip(chunk, labs, strict=True):

@@ -1,0 +1,42 @@
+"""`make demo`'s pipeline in --quick mode: SFT warm start, RL through agentrl.train, held-out eval.
+
+A smoke test of the wiring (a few steps cannot show learning); the learning claim is the full
+demo's, reported with its figures in README.md.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from agentrl.demo import paired_gain
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_paired_gain_by_hand():
+    before = [True, False, False, True, False]
+    after = [True, True, False, False, True]
+    # d = [0, 1, 0, -1, 1]: mean 0.2 -> +20 points; sample var = (0.04+0.64+0.04+1.44+0.64)/4 = 0.7
+    gain, se = paired_gain(before, after)
+    assert abs(gain - 20.0) < 1e-9
+    assert abs(se - 100 * (0.7 / 5) ** 0.5) < 1e-9
+
+
+def test_demo_quick(tmp_path):
+    out = tmp_path / "demo"
+    p = subprocess.run([sys.executable, "-m", "agentrl.demo", "--quick", "--out", str(out)], cwd=REPO,
+                       capture_output=True, text=True, timeout=1500,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    last = p.stdout.strip().splitlines()[-1]
+    m = re.fullmatch(r"demo: success before=(\d+\.\d) after=(\d+\.\d)", last)
+    assert m, last
+    summary = json.loads((out / "demo_summary.json").read_text())
+    assert summary["before"]["episodes"] == summary["after"]["episodes"] == 12
+    assert float(m.group(1)) == round(summary["before"]["success"], 1)
+    assert (out / "learning_curve.png").stat().st_size > 1000
+    assert (out / "rl" / "config.json").is_file()  # the final RL checkpoint
+    assert any((out / "rl").glob("checkpoint-*"))
