@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from credit_helpers import reference_algorithm1
 
 from agentrl.credit import cluster, parts
 from agentrl.credit.batch import Batch, _canonical_order
@@ -42,27 +43,6 @@ def test_canonical_order_equals_lexsort():
         assert np.array_equal(_canonical_order(g[ref], tr[ref], t[ref]), np.arange(30))
 
 
-def _algorithm1(X, eps):
-    """BiPACE App. D Algorithm 1 from the pseudocode (float64); returns labels and the smallest
-    distance of any decision to the eps boundary (float32 may differ from float64 there)."""
-    cents, cnt, lab, margin = [], [], [], np.inf
-    for x in X:
-        sims = [x @ c for c in cents]
-        k = int(np.argmax(sims)) if sims else -1
-        if sims:
-            margin = min(margin, abs(1 - sims[k] - eps))
-        if sims and 1 - sims[k] <= eps:
-            cnt[k] += 1
-            c = cents[k] + (x - cents[k]) / cnt[k]
-            cents[k] = c / np.linalg.norm(c)
-            lab.append(k)
-        else:
-            cents.append(x.copy())
-            cnt.append(1)
-            lab.append(len(cents) - 1)
-    return np.array(lab), margin
-
-
 @pytest.mark.parametrize("eps", [0.0, 0.05, 0.15, 0.4])
 def test_chunked_partition_matches_algorithm1(monkeypatch, eps):
     # many groups of very different sizes and a tiny chunk budget: several lock-step chunks,
@@ -81,7 +61,7 @@ def test_chunked_partition_matches_algorithm1(monkeypatch, eps):
     lab = cluster.greedy_cosine_partition(Batch(recs), cluster.dense_gram(X.astype(np.float32)), eps)
     start = 0
     for s in sizes:
-        ref, margin = _algorithm1(X[start : start + s], eps)
+        ref, margin = reference_algorithm1(X[start : start + s], eps)
         got = lab[start : start + s]
         if margin > 1e-4:  # decisions at the exact boundary may differ in float32
             assert np.array_equal(got - got.min(), ref)

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from credit_helpers import reference_algorithm1
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -167,33 +168,6 @@ def test_one_state_key_reduces_to_trajectory_level(final):
 
 
 # ----------------------------------------------------------------------------- clustering
-def reference_algorithm1(X, eps):
-    """BiPACE App. D Algorithm 1, written directly from the pseudocode (float64)."""
-    cents, members, labels, margin = [], [], [], np.inf
-    for x in X:
-        if not cents:
-            cents.append(x.copy())
-            members.append(1)
-            labels.append(0)
-            continue
-        sims = np.array([x @ c for c in cents])
-        k = int(np.argmax(sims))
-        margin = min(margin, abs((1 - sims[k]) - eps))
-        if len(sims) > 1:
-            top2 = np.sort(sims)[-2:]
-            margin = min(margin, top2[1] - top2[0])
-        if 1 - sims[k] <= eps:
-            members[k] += 1
-            c = cents[k] + (x - cents[k]) / members[k]
-            cents[k] = c / np.linalg.norm(c)
-            labels.append(k)
-        else:
-            cents.append(x.copy())
-            members.append(1)
-            labels.append(len(cents) - 1)
-    return np.array(labels), margin
-
-
 @SETTINGS
 @given(
     st.lists(st.integers(1, 40), min_size=1, max_size=4),
