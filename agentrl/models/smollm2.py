@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -49,8 +50,12 @@ def ensure_smollm2(out_dir: str | Path | None = None) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    # Write beside the target and rename, so a killed conversion never leaves a folder that
+    # looks complete; a half-written target from an older crash is replaced.
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    tmp.replace(out) if not out.exists() else None
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.replace(out)
     return out
