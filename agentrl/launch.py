@@ -28,6 +28,17 @@ def _default_config() -> str:
     return str(REPO_CONFIGS / ("single_gpu.yaml" if gpu else "cpu.yaml"))
 
 
+def _accelerate_executable() -> str:
+    # The venv's own script first: `.venv/bin/agentrl launch` must work without an activated venv.
+    beside = Path(sys.executable).parent / "accelerate"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("accelerate")
+    if found is None:
+        raise RecipeError("the `accelerate` command is not installed (pip install accelerate)")
+    return found
+
+
 def build_command(recipe: str, overrides: list[str]) -> list[str]:
     path = Path(recipe)
     data = read_recipe_file(path)
@@ -37,8 +48,7 @@ def build_command(recipe: str, overrides: list[str]) -> list[str]:
         cfg_path = REPO_CONFIGS.parent / cfg
     if not cfg_path.is_file():
         raise RecipeError(f"accelerate config not found: {cfg}")
-    accelerate = shutil.which("accelerate") or "accelerate"
-    return [accelerate, "launch", "--config_file", str(cfg_path), "-m", "agentrl.train", str(path), *overrides]
+    return [_accelerate_executable(), "launch", "--config_file", str(cfg_path), "-m", "agentrl.train", str(path), *overrides]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Console script dispatch, `agentrl launch`, and `agentrl report` on hand-written logs."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,16 @@ def test_launch_uses_recipe_accelerate_config(tmp_path):
     assert cmd[1:3] == ["launch", "--config_file"]
     assert Path(cmd[3]).resolve() == REPO / "accelerate_configs" / "cpu_zero3.yaml"
     assert cmd[4:] == ["-m", "agentrl.train", str(r), "--max_steps", "3"]
+
+
+def test_launch_finds_accelerate_without_activated_venv(tmp_path, monkeypatch):
+    # `.venv/bin/agentrl launch` is run without the venv on PATH
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    r = tmp_path / "r.yaml"
+    r.write_text("env_id: agentrl/TextCraft-v0\n")
+    exe = build_command(str(r), [])[0]
+    assert Path(exe).is_file() and os.access(exe, os.X_OK)
+    assert Path(exe).parent == Path(sys.executable).parent
 
 
 @pytest.mark.parametrize("content, msg", [
