@@ -154,8 +154,8 @@ class HashNgram:
             col = (code[keep] * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)
         return col.astype(np.int32), count  # bucket ids < dim <= 2**20: int32 halves the memory
 
-    def dense(self, ids: np.ndarray) -> np.ndarray:
-        """L2-normalized float32 count rows of texts ``ids``."""
+    def dense(self, ids: np.ndarray, normalize: bool = True) -> np.ndarray:
+        """float32 n-gram count rows of texts ``ids``, L2-normalized unless ``normalize=False``."""
         cnt = self.count[ids]
         tot = int(cnt.sum())
         row = np.repeat(np.arange(len(ids), dtype=np.int64), cnt)
@@ -164,6 +164,8 @@ class HashNgram:
         cols = self.col[np.repeat(self.start[ids], cnt) + off]
         X = np.bincount(row * self.dim + cols, minlength=len(ids) * self.dim).astype(np.float32)
         X = X.reshape(len(ids), self.dim)
+        if not normalize:
+            return X
         norm = np.sqrt(np.einsum("ij,ij->i", X, X))
         return X * (1.0 / np.maximum(norm, 1e-30))[:, None]
 
@@ -177,6 +179,34 @@ def text_gram(text_ids: np.ndarray, texts: list[str], n: int = 3, dim: int = 102
         Xu = H.dense(u)
         Gu = Xu @ Xu.T
         return Gu[inv[:, None], inv[None, :]]
+
+    return gram
+
+
+def bag_gram(pieces: np.ndarray, texts: list[str], n: int = 3, dim: int = 1024) -> GramFn:
+    """Gram of texts assembled from pieces: record r's vector is the sum of the unit HashNgram
+    vectors of ``texts[pieces[r, c]]`` over its pieces (-1 = none), L2-normalized.
+
+    Unit pieces weigh the same whatever their length, so a long shared observation cannot
+    outvote a different action or outcome (with raw counts, two SALT edges from the same
+    observation with different actions and rewards reached cosine 0.95). A SALT edge is a few
+    observations and actions from a small per-group vocabulary, so with C the unit rows of the
+    group's distinct pieces and M the record-by-piece multiplicities, the Gram is M (C C^T) M^T:
+    the n-gram work is done once per distinct piece, never per edge text.
+    """
+    H = HashNgram(texts, n=n, dim=dim)
+
+    def gram(pos: np.ndarray) -> np.ndarray:
+        P = pieces[pos]
+        r, c = np.nonzero(P >= 0)
+        u, inv = np.unique(P[r, c], return_inverse=True)
+        C = H.dense(u)
+        M = np.bincount(r * len(u) + inv, minlength=len(pos) * len(u)).astype(np.float32)
+        M = M.reshape(len(pos), len(u))
+        G = (M @ (C @ C.T)) @ M.T
+        d = np.sqrt(np.diagonal(G))
+        s = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)
+        return G * s[:, None] * s[None, :]
 
     return gram
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import parts
 from .batch import Batch, factorize, factorize_rows
-from .cluster import TOL, auto_eps, dense_gram, greedy_cosine_partition, onehot_gram, text_gram
+from .cluster import TOL, auto_eps, bag_gram, dense_gram, greedy_cosine_partition, onehot_gram, text_gram
 
 
 @dataclass
@@ -315,46 +315,47 @@ def rtmc(batch: Batch, gamma: float, n_prior: float, std_norm: bool, signature: 
     return adv, adv, diag
 
 
-def _salt_edge_key(batch: Batch, h: int) -> np.ndarray:
-    """SALT edge (s_{t-1}, a_t, s_t) with s = last h (action, observation) pairs (salt.md 3.1.2).
+def _salt_edge_pieces(batch: Batch, h: int) -> tuple[np.ndarray, list[str]]:
+    """Each record's SALT edge (s_{t-1}, a_t, s_t), s = last h (action, observation) pairs
+    (salt.md 3.1.2), as an (n, 2h+2) matrix of ids into one text table, plus that table.
 
     In record terms, element E_k = (action_{k-1}, obs_k), E_0 = (none, obs_0) the root q. Record t
     (SALT's step t+1) starts in E_{t-h+1..t} and ends in E_{t-h+2..t+1}; the edge is the window
-    E_{t-h+1..t+1}. The last step's resulting observation is the env's final one when the record
-    carries info['next_obs'], else a terminal mark with the final reward and truncated flag.
+    E_{t-h+1..t+1}, columns oldest first. The last step's resulting observation is the env's final
+    one when the record carries info['next_obs'], else a terminal mark with the final reward and
+    truncated flag. The table holds the observations, then the actions, then the terminal marks,
+    so equal ids mean equal pieces of the same kind; -1 marks a piece before the trajectory start.
     """
-    nxt = np.full(batch.n, -1, dtype=np.int64)
-    nxt[batch.has_next] = batch.obs_id[np.flatnonzero(batch.has_next) + 1]
+    lags = [(batch.lag("act", j + 1), batch.lag("obs", j)) for j in range(h - 1, -1, -1)]
+    obs, acts = batch.obs_strings, list(batch._act_table)  # after lag(): it may add history texts
+    n_oa = len(obs) + len(acts)
     last = np.flatnonzero(~batch.has_next)
-    recs = [batch._records[p] for p in last]
-    texts = []
-    for p, r in zip(last, recs, strict=True):
+    term = []
+    for p in last:
+        r = batch._records[p]
         info = Batch._field(r, "info", None) or {}
         nob = info.get("next_obs") if isinstance(info, dict) else None
         trunc = bool(Batch._field(r, "truncated", False))
-        texts.append(f"\x00<terminal>{'' if nob is None else nob}\x00r={batch.reward[p]!r}\x00trunc={trunc}")
-    nxt[last] = -2 - factorize(texts)[0]  # terminal marks: ids disjoint from observation ids
-    cols = [batch.group, batch.act_id, nxt]
-    for j in range(h):
-        cols += [batch.lag("act", j + 1), batch.lag("obs", j)]
-    return factorize_rows(*cols)[0]
-
-
-def _salt_edge_texts(batch: Batch, h: int, positions: np.ndarray) -> list[str]:
-    """Readable text of the edges at ``positions``: the h state pairs, the action, the result."""
-    obs = batch.obs_strings
-    act = list(batch._act_table)
-    cols = [(batch.lag("act", j + 1), batch.lag("obs", j)) for j in range(h - 1, -1, -1)]
+        term.append(f"<end> {'' if nob is None else nob} r={batch.reward[p]!r} truncated={trunc}")
+    term_id, term_texts = factorize(term)
     nxt = np.full(batch.n, -1, dtype=np.int64)
     nxt[batch.has_next] = batch.obs_id[np.flatnonzero(batch.has_next) + 1]
+    nxt[last] = n_oa + term_id
+
+    def act_piece(a: np.ndarray) -> np.ndarray:
+        return np.where(a >= 0, a + len(obs), -1)
+
+    cols = [c for a, o in lags for c in (act_piece(a), o)] + [act_piece(batch.act_id), nxt]
+    return np.stack(cols, axis=1), [*obs, *acts, *term_texts]
+
+
+def _salt_edge_texts(pieces: np.ndarray, table: list[str], rows: np.ndarray) -> list[str]:
+    """Readable text of the edges in ``rows`` (for a user embed_fn): h pairs || action -> result."""
     out = []
-    for p in positions:
-        parts_ = []
-        for a, o in cols:
-            if o[p] >= 0:
-                parts_.append(f"{act[a[p]] if a[p] >= 0 else '<start>'} -> {obs[o[p]]}")
-        nob = obs[nxt[p]] if nxt[p] >= 0 else f"<end r={batch.reward[p]!r}>"
-        out.append(" | ".join(parts_) + f" || {act[batch.act_id[p]]} -> {nob}")
+    for row in pieces[rows].tolist():
+        hist = zip(row[:-2:2], row[1:-2:2], strict=True)
+        pairs = [f"{table[a] if a >= 0 else '<start>'} -> {table[o]}" for a, o in hist if o >= 0]
+        out.append(" | ".join(pairs) + f" || {table[row[-2]]} -> {table[row[-1]]}")
     return out
 
 
@@ -375,20 +376,17 @@ def salt(
     else:
         a_traj = parts.leave_one_out(batch.episode_return(), batch.traj_group)
     a0 = a_traj[batch.traj]
-    edge = _salt_edge_key(batch, h)
-    if (
-        match == "embedding"
-    ):  # App. B.2: edges equivalent when their embeddings' cosine similarity >= threshold
-        # identical edges share one text (and one embedding call)
-        _, first = factorize_rows(edge)
-        texts = _salt_edge_texts(batch, h, first)
-        if embed_fn is None:
-            gram = text_gram(edge, texts, n=ngram, dim=hash_dim)
-        else:
-            E = np.asarray(embed_fn(texts), dtype=np.float32)
-            if E.ndim != 2 or E.shape[0] != len(texts):
+    pieces, table = _salt_edge_pieces(batch, h)
+    edge = factorize_rows(batch.group, *pieces.T)[0]
+    if match == "embedding":  # App. B.2: edges equivalent when their embeddings' cosine >= threshold
+        if embed_fn is None:  # hash_ngram: the sum of the pieces' n-gram count vectors
+            gram = bag_gram(pieces, table, n=ngram, dim=hash_dim)
+        else:  # identical edges share one text (and one embedding call)
+            _, first = factorize_rows(edge)
+            E = np.asarray(embed_fn(_salt_edge_texts(pieces, table, first)), dtype=np.float32)
+            if E.ndim != 2 or E.shape[0] != len(first):
                 raise ValueError(
-                    f"salt embed_fn must return an array of shape ({len(texts)}, d), got {E.shape}"
+                    f"salt embed_fn must return an array of shape ({len(first)}, d), got {E.shape}"
                 )
             gram = dense_gram(E[edge])
         # leader clustering: a new edge merges into an existing graph edge (its first member)

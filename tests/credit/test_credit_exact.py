@@ -378,3 +378,23 @@ def test_salt_embedding_match():
     # base RLOO: [1 - 0, 0 - .5, 0 - .5] = [1, -.5, -.5]; t1+t2 merge -> .25 each; t3 keeps -.5
     assert res.step_advantages.tolist() == [approx(0.25), approx(0.25), approx(-0.5)]
     assert compute("salt", recs, match="exact", base="rloo").step_advantages.tolist() == [1.0, -0.5, -0.5]
+
+
+def test_salt_default_embedding_merges_paraphrased_states_only():
+    # hash_ngram edge embedding (sum of unit piece vectors): t1/t2 start in near-identical
+    # kitchens (cosine 0.994 at h=1) and merge; their second edges share the observation but
+    # differ in action and outcome (cosine 0.921) and stay apart at the 0.95 threshold.
+    A = "You are in the kitchen. On the counter you see a mug 1, a knife 2 and a fridge 1."
+    A2 = A.replace("knife 2", "knife 3")
+    X = "You open the fridge 1. In it you see an apple 1."
+    recs = (
+        traj("g", "t1", [A, X], ["open fridge 1", "take apple 1"], [0, 1])
+        + traj("g", "t2", [A2, X], ["open fridge 1", "eat apple 1"], [0, 0])
+        + traj("g", "t3", ["You are in the garden.", "You walk north."], ["go north", "wait"], [0, 0])
+    )
+    # base RLOO on returns [1, 0, 0]: [1, -.5, -.5]; the merged first edges get (1 - .5) / 2
+    for h in (1, 3):
+        res = compute("salt", recs, h=h, match="embedding", base="rloo")
+        assert res.step_advantages.tolist() == [approx(0.25), 1.0, approx(0.25), -0.5, -0.5, -0.5]
+        assert res.diagnostics["salt_merge_rate"] == approx(2 / 6)
+    assert compute("salt", recs, match="exact", base="rloo").step_advantages.tolist() == [1, 1, -0.5, -0.5, -0.5, -0.5]

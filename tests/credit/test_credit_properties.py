@@ -253,3 +253,16 @@ def test_hash_ngram_similarity():
     assert G[3, 4] == pytest.approx(1.0)
     assert G[0, 1] > 0.8 and G[0, 2] < 0.3
     assert 0.0 <= TOL < 1e-3
+
+
+def test_bag_gram_is_cosine_of_summed_unit_pieces():
+    from agentrl.credit.cluster import HashNgram, bag_gram
+
+    texts = ["go to cabinet 1", "you see a mug", "take mug", "you see nothing", "<end> r=1.0"]
+    pieces = np.array([[0, 1, 2, 3], [0, 1, 2, 4], [-1, 1, 2, 1], [2, 2, -1, -1]])
+    U = HashNgram(texts).dense(np.arange(len(texts)))  # unit n-gram vector per piece
+    E = np.stack([sum(U[j] for j in row if j >= 0) for row in pieces])
+    E /= np.linalg.norm(E, axis=1, keepdims=True)
+    G = bag_gram(pieces, texts)(np.arange(4))
+    assert np.allclose(G, E @ E.T, atol=1e-5)
+    assert np.allclose(np.diag(G), 1.0, atol=1e-5)
