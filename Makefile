@@ -21,7 +21,7 @@ help:
 	@echo "make test   - set up, then run the whole test suite"
 	@echo "make setup  - venv + CPU torch + agentrl[$(EXTRAS)] + system packages (idempotent)"
 	@echo "make lint   - ruff"
-	@echo "make bench  - credit-module benchmark (100k records)"
+	@echo "make bench  - credit-module (100k records, one core) and env latency benchmarks"
 	@echo "make repro-bipace|repro-salt|repro-rtmc [SEEDS='0 1 2'] [VLLM=1] - the papers' GPU runs"
 	@echo "make repro-bipace-cpu|repro-salt-cpu|repro-rtmc-cpu - SmolLM2 CPU subsets (minutes)"
 	@echo "make -n <target> shows the exact commands"
@@ -62,7 +62,8 @@ lint: setup
 	$(BIN)/ruff check agentrl envs tests
 
 bench: setup
-	$(BIN)/python -m agentrl.bench credit --records 100000
+	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.bench credit --records 100000 --repeats 5
+	$(BIN)/python -m agentrl.bench envs --episodes 10
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

@@ -1,4 +1,5 @@
-"""Micro-benchmarks. ``python -m agentrl.bench credit --records 100000 --json``
+"""Micro-benchmarks. ``python -m agentrl.bench credit --records 100000 --json`` and
+``python -m agentrl.bench envs --episodes 10``.
 
 ``credit``: times every credit estimator (``agentrl.credit.compute`` end to end, from a list of
 record dicts) on a synthetic batch shaped like ALFWorld: groups of G=8 rollouts of up to 50
@@ -8,6 +9,11 @@ per-state vector standing in for the actor's hidden state; the model forward is 
 Reports the median of ``--repeats`` runs: wall seconds, CPU seconds of this process (the
 honest figure on a shared machine) and records/s (from wall time). Run it with
 OMP_NUM_THREADS=1 (one BLAS thread) for one-core figures.
+
+``envs``: reset and step latency of each registered env, driven by the env's own expert through
+``gymnasium.make`` (the path the trainer uses) over ``--episodes`` seeds of the train split.
+Reports the first reset apart (ALFWorld loads its game there), the median of the others, the
+median and 90th percentile step, and the expert's win rate.
 """
 
 from __future__ import annotations
@@ -143,6 +149,72 @@ def bench_credit(n_records: int, repeats: int, dim: int, cases=None) -> list[dic
     return rows
 
 
+def bench_envs(env_ids: list[str], episodes: int) -> list[dict[str, Any]]:
+    """Expert-driven latency rows, one per env (see the module docstring)."""
+    import gymnasium as gym
+
+    import envs  # noqa: F401 - registers the agentrl/* ids
+    from agentrl.actions import format_action
+
+    rows = []
+    for env_id in env_ids:
+        env = gym.make(env_id)
+        resets, steps, wins = [], [], 0
+        try:
+            for ep in range(episodes):
+                t0 = time.perf_counter()
+                _, info = env.reset(seed=ep)
+                resets.append(time.perf_counter() - t0)
+                done = False
+                while not done:
+                    body = env.unwrapped.expert_action()
+                    if body is None:
+                        break
+                    t0 = time.perf_counter()
+                    _, _, term, trunc, info = env.step(format_action(body))
+                    steps.append(time.perf_counter() - t0)
+                    done = term or trunc
+                wins += bool(info.get("won"))
+        finally:
+            env.close()
+        later = resets[1:] or resets
+        rows.append(
+            {
+                "env": env_id,
+                "episodes": episodes,
+                "first_reset_ms": round(1e3 * resets[0], 2),
+                "reset_ms": round(1e3 * statistics.median(later), 2),
+                "step_ms": round(1e3 * statistics.median(steps), 2) if steps else None,
+                "step_p90_ms": round(1e3 * float(np.percentile(steps, 90)), 2) if steps else None,
+                "steps": len(steps),
+                "expert_win_rate": wins / episodes,
+            }
+        )
+    return rows
+
+
+def _main_envs(args: argparse.Namespace) -> int:
+    import envs
+
+    ids = [s.strip() for s in args.envs.split(",")] if args.envs else list(envs.ENV_SPECS)
+    bad = [i for i in ids if i not in envs.ENV_SPECS]
+    if bad or args.episodes < 1:
+        msg = f"unknown env id(s) {bad}; valid: {', '.join(envs.ENV_SPECS)}" if bad else "--episodes must be positive"
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    rows = bench_envs(ids, args.episodes)
+    if args.json:
+        print(json.dumps({"episodes": args.episodes, "results": rows}, indent=1))
+        return 0
+    print(f"{'env':<22} {'first_reset_ms':>14} {'reset_ms':>9} {'step_ms':>8} {'p90_ms':>8} {'steps':>6} {'expert_win':>10}")
+    for r in rows:
+        print(
+            f"{r['env']:<22} {r['first_reset_ms']:>14.2f} {r['reset_ms']:>9.2f} {r['step_ms'] or 0:>8.2f} "
+            f"{r['step_p90_ms'] or 0:>8.2f} {r['steps']:>6} {r['expert_win_rate']:>10.2f}"
+        )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m agentrl.bench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -152,7 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dim", type=int, default=256, help="fingerprint dimension (default 256)")
     c.add_argument("--estimators", default=None, help="comma-separated names (default: all cases)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    e = sub.add_parser("envs", help="reset/step latency of each env, driven by its expert")
+    e.add_argument("--envs", default=None, help="comma-separated env ids (default: all registered)")
+    e.add_argument("--episodes", type=int, default=10, help="expert episodes per env (seeds 0..N-1)")
+    e.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
+    if args.what == "envs":
+        return _main_envs(args)
     if args.records < 1 or args.repeats < 1 or args.dim < 1:
         print("error: --records, --repeats and --dim must be positive", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -203,3 +204,17 @@ def test_random_play_never_raises():
             assert e.observation_space.contains(obs)
             if term:
                 break
+
+
+def test_env_bench_drives_the_expert(capsys):
+    # `python -m agentrl.bench envs`: latency rows come from real expert episodes
+    from agentrl.bench import main as bench_main
+
+    assert bench_main(["envs", "--envs", "agentrl/TextCraft-v0,agentrl/WebShop-v0", "--episodes", "3", "--json"]) == 0
+    rows = {r["env"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert set(rows) == {"agentrl/TextCraft-v0", "agentrl/WebShop-v0"}
+    for r in rows.values():
+        assert r["episodes"] == 3 and r["expert_win_rate"] == 1.0
+        assert r["steps"] >= 3 and 0 < r["step_ms"] <= r["step_p90_ms"]
+    assert bench_main(["envs", "--envs", "agentrl/Nope-v0"]) == 2
+    assert "unknown env id" in capsys.readouterr().err
