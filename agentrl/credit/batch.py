@@ -98,6 +98,32 @@ def factorize_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ids, np.sort(first_pos)
 
 
+def _step_index(values: Sequence[Any]) -> np.ndarray:
+    """The records' ``t`` as int64; a clear error for None, fractions, negatives or text."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iu" and (arr >= 0).all():
+        return arr.astype(np.int64, copy=False)
+    bad = ValueError("step record field 't' must be a non-negative integer step index on every record")
+    if arr.dtype.kind != "f":
+        raise bad
+    if not np.isfinite(arr).all() or (arr < 0).any() or (arr != np.round(arr)).any():
+        raise bad
+    return arr.astype(np.int64)
+
+
+def _text_ids(values: Sequence[Any], field: str) -> tuple[np.ndarray, dict[str, int]]:
+    """Ids of the records' text field and its string -> id table; None counts as ""."""
+    ids, uniq = factorize(values)
+    table = {("" if v is None else v): i for i, v in enumerate(uniq)}
+    if len(table) != len(uniq) or not all(isinstance(k, str) for k in table):
+        if any(v is not None and not isinstance(v, str) for v in uniq):
+            raise ValueError(f"step record field {field!r} must be a string on every record")
+        # both None and "" occur: one empty string
+        ids, uniq = factorize(["" if v is None else v for v in values])
+        table = {v: i for i, v in enumerate(uniq)}
+    return ids, table
+
+
 def _canonical_order(g: np.ndarray, tr: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Stable sort by (group, trajectory, t); records usually arrive rollout-major already, so a
     linear check skips the lexsort when the input is in order (both give the same permutation)."""
@@ -123,9 +149,12 @@ class Batch:
         self.n = n = len(records)
         cols, self._kind = _required_columns(records) if n else ([[] for _ in REQUIRED], "dict")
         gid, tid, t_in, obs, act, rew, done = cols
-        t_in = np.asarray(t_in, dtype=np.int64) if n else np.zeros(0, np.int64)
-        g_rank = sorted_rank(gid)
-        tr_rank = sorted_rank(tid)
+        t_in = _step_index(t_in) if n else np.zeros(0, np.int64)
+        try:
+            g_rank = sorted_rank(gid)
+            tr_rank = sorted_rank(tid)
+        except TypeError:
+            raise ValueError("step record fields 'group_id' and 'traj_id' must be strings or integers") from None
         order = _canonical_order(g_rank, tr_rank, t_in)
         self.order = order
         self._input = records
@@ -157,19 +186,15 @@ class Batch:
         self.has_next = np.zeros(n, dtype=bool)
         if n:
             self.has_next[:-1] = ~newtraj[1:]
-        try:
-            self.reward = np.asarray(rew, dtype=np.float64)[order]
-        except (TypeError, ValueError):
-            raise ValueError("step record field 'reward' must be a number on every record") from None
+        rew = np.asarray(rew) if n else np.zeros(0)
+        if rew.dtype.kind not in "biuf":  # None, strings and other objects are not rewards
+            raise ValueError("step record field 'reward' must be a number on every record")
+        self.reward = rew.astype(np.float64)[order]
         if n and not np.isfinite(self.reward).all():
             raise ValueError("step record field 'reward' holds NaN or inf")
         self.done = np.asarray(done, dtype=bool)[order] if n else np.zeros(0, bool)
-        oid, ouniq = factorize(obs)
-        aid, auniq = factorize(act)
-        self._obs_table = {("" if v is None else str(v)): i for i, v in enumerate(ouniq)}
-        self._act_table = {("" if v is None else str(v)): i for i, v in enumerate(auniq)}
-        if len(self._obs_table) != len(ouniq) or len(self._act_table) != len(auniq):
-            raise ValueError("step record fields 'obs' and 'action' must be strings")
+        oid, self._obs_table = _text_ids(obs, "obs")
+        aid, self._act_table = _text_ids(act, "action")
         self.obs_id = oid[order]
         self.act_id = aid[order]
         self._cache: dict[Any, Any] = {}
@@ -277,7 +302,11 @@ class Batch:
         if "hist" not in self._cache:
             hs = self.field("history", None)
             idx = np.array([i for i, h in enumerate(hs) if h is not None], dtype=np.int64)
-            self._cache["hist"] = (idx, [list(hs[i]) for i in idx])
+            hists = [list(hs[i]) for i in idx]
+            for h in hists:
+                if not all(isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in h):
+                    raise ValueError("step record field 'history' must be a list of (obs, action) pairs")
+            self._cache["hist"] = (idx, hists)
         return self._cache["hist"]
 
     def lag(self, kind: str, L: int) -> np.ndarray:

@@ -82,6 +82,8 @@ class _DenseGram:
             X = None
         if X is None or X.ndim != 2 or X.shape[1] != self.dim:
             raise ValueError("fingerprints must all be flat float vectors of the same length")
+        if not np.isfinite(X).all():
+            raise ValueError("fingerprints hold NaN or inf")
         return X
 
     @staticmethod
@@ -228,6 +230,7 @@ def _chunk_cluster(
     inv_root = (1.0 / np.sqrt(np.maximum(diag, 1e-30))) * (diag > 0)
     P = pbuf[: ng * N * N].reshape(ng, N, N)  # P[g, k, j] = centroid_k . x_j
     cnt = np.zeros((ng, N), dtype=np.float32)
+    cn2 = np.zeros((ng, N), dtype=np.float32)  # squared centroid norms: 1, or 0 for a zero seed
     K = np.zeros(ng, dtype=np.int64)
     lab = np.zeros((ng, N), dtype=np.int64)
     thr = 1.0 - float(eps) - TOL  # join iff sim >= thr, i.e. 1 - sim <= eps (+TOL)
@@ -256,6 +259,7 @@ def _chunk_cluster(
                 kmax = top
             lab[gn, i] = kn
             cnt[gn, kn] = 1.0
+            cn2[gn, kn] = diag[gn, i] > 0
             if i + 1 < N:
                 P[gn, kn, i + 1 :] = Gm[gn, i, i + 1 :] * inv_root[gn, i, None]
             K[gn] = kn + 1
@@ -267,8 +271,9 @@ def _chunk_cluster(
             if update and i + 1 < N:
                 b = 1.0 / m
                 a = 1.0 - b
-                nrm2 = a * a + 2.0 * a * b * bsim[gj] + b * b * diag[gj, i]
-                inv = 1.0 / np.sqrt(np.maximum(nrm2, 1e-30))
+                nrm2 = a * a * cn2[gj, kj] + 2.0 * a * b * bsim[gj] + b * b * diag[gj, i]
+                inv = np.where(nrm2 > 1e-30, 1.0 / np.sqrt(np.maximum(nrm2, 1e-30)), 0.0)
+                cn2[gj, kj] = nrm2 > 1e-30
                 P[gj, kj, i + 1 :] = (
                     P[gj, kj, i + 1 :] * (a * inv)[:, None] + Gm[gj, i, i + 1 :] * (b * inv)[:, None]
                 )
@@ -323,7 +328,7 @@ def auto_eps(
     """BiPACE App. F: binary-search eps in [lo, hi] for a median cluster size in ``target``.
 
     At most ``probes`` probe values; returns the first eps whose median lands in the target
-    range, else the last probe (the closest the search got).
+    range, else the last probe.
     """
     eps, labels = lo, None
     for _ in range(probes):

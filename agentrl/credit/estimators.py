@@ -172,10 +172,14 @@ def hgpo(batch: Batch, gamma: float, w: float, norm: str, K: int, alpha: float) 
     num = np.zeros(batch.n)
     den = np.zeros(batch.n)
     diag = parts.partition_diagnostics(levels[0])
+    # w_k = (k+1)^alpha up to a common factor (it cancels in num / den); in logs, so that no
+    # alpha overflows
+    log_w = alpha * np.log(np.arange(1.0, len(levels) + 1.0))
+    weights = np.exp(log_w - log_w.max())
     for k, key in enumerate(levels):
         size = np.bincount(key)[key]
         valid = size >= 2
-        wk = (k + 1.0) ** alpha
+        wk = weights[k]
         num += np.where(valid, wk * parts.normalized(R, key, norm), 0.0)
         den += np.where(valid, wk, 0.0)
         d = parts.partition_diagnostics(key)
@@ -388,6 +392,8 @@ def salt(
                 raise ValueError(
                     f"salt embed_fn must return an array of shape ({len(first)}, d), got {E.shape}"
                 )
+            if not np.isfinite(E).all():
+                raise ValueError("salt embed_fn returned NaN or inf")
             gram = dense_gram(E[edge])
         # leader clustering: a new edge merges into an existing graph edge (its first member)
         edge = greedy_cosine_partition(batch, gram, 1.0 - sim_threshold, update=False)

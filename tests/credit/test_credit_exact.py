@@ -398,3 +398,48 @@ def test_salt_default_embedding_merges_paraphrased_states_only():
         assert res.step_advantages.tolist() == [approx(0.25), 1.0, approx(0.25), -0.5, -0.5, -0.5]
         assert res.diagnostics["salt_merge_rate"] == approx(2 / 6)
     assert compute("salt", recs, match="exact", base="rloo").step_advantages.tolist() == [1, 1, -0.5, -0.5, -0.5, -0.5]
+
+
+def test_bigpo_zero_fingerprint_seed_and_eps_above_one():
+    # Algorithm 1 by hand, eps=1.5, fingerprints (0,0), (1,0), (-.6,.8):
+    # x1 joins the zero-seeded cluster (distance 1 <= 1.5): centroid -> normalize(0 + (x1 - 0)/2) = (1,0);
+    # x2 has distance 1 - (-.6) = 1.6 > 1.5 from it: new cluster. Partition {0,1},{2}.
+    recs = traj("g", "a", ["s0"], ["x"], [1]) + traj("g", "b", ["s1"], ["y"], [0]) + traj("g", "c", ["s2"], ["z"], [0])
+    for r, fp in zip(recs, [[0.0, 0.0], [1.0, 0.0], [-0.6, 0.8]], strict=True):
+        r["fingerprint"] = fp
+    res = compute("bigpo", recs, eps=1.5, norm="mean", gamma=1.0)
+    # A_step = R - mean over the cluster {a, b} = (1 - .5, 0 - .5); c is a singleton
+    assert res.step_term.tolist() == [0.5, -0.5, 0.0]
+    assert res.diagnostics["n_clusters"] == 2
+
+
+def test_bad_numbers_are_refused():
+    recs = traj("g", "a", ["s0", "s1"], ["x", "y"], [0, 1])
+    with pytest.raises(ValueError, match="fingerprints hold NaN"):
+        compute("bigpo", [dict(r, fingerprint=[float("nan"), 1.0]) for r in recs])
+    with pytest.raises(ValueError, match="embed_fn returned NaN"):
+        compute("salt", recs, match="embedding", embed_fn=lambda t: np.full((len(t), 2), np.nan))
+    with pytest.raises(ValueError, match="'t' must be a non-negative integer"):
+        compute("grpo", [dict(recs[0], t=0.5), recs[1]])
+    with pytest.raises(ValueError, match="'t' must be a non-negative integer"):
+        compute("grpo", [dict(recs[0], t=None), recs[1]])
+    with pytest.raises(ValueError, match="'reward' must be a number"):
+        compute("grpo", [dict(recs[0], reward="1"), recs[1]])
+    with pytest.raises(ValueError, match="'history' must be a list of"):
+        compute("salt", [dict(recs[1], history=["just text"])])
+    with pytest.raises(ValueError, match="'group_id' and 'traj_id' must be"):
+        compute("grpo", [dict(r, group_id=["unhashable"]) for r in recs])
+    # None and "" are the same empty observation
+    mixed = [dict(recs[0], obs=None), dict(recs[1], obs="")]
+    assert compute("gigpo", mixed).step_advantages.tolist() == compute(
+        "gigpo", [dict(recs[0], obs=""), dict(recs[1], obs="")]
+    ).step_advantages.tolist()
+
+
+def test_hgpo_extreme_alpha_is_finite():
+    recs = traj("g", "a", ["s", "u"], ["x", "y"], [0, 1]) + traj("g", "b", ["s", "u"], ["x", "z"], [0, 0])
+    for alpha in (-1000.0, 1000.0):
+        adv = compute("hgpo", recs, alpha=alpha).step_advantages
+        assert np.isfinite(adv).all()
+    # alpha=1000: only the deepest valid level counts, the same as alpha=50 in practice
+    assert compute("hgpo", recs, alpha=1000.0).step_advantages == approx(compute("hgpo", recs, alpha=50.0).step_advantages)
