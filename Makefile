@@ -8,7 +8,10 @@ EXTRAS ?= dev,deepspeed,alfworld
 TORCH_VERSION ?= 2.13.0
 # Debian packages: bubblewrap isolates the SWE sandbox.
 APT_PACKAGES ?= bubblewrap
-export HF_HUB_OFFLINE := 1
+# Offline by default (CPU machines here have no hub). The GPU repro targets and check-recipes go
+# online so that the papers' hub models (Qwen/...) load; GPU_HUB_OFFLINE=1 keeps them offline.
+export HF_HUB_OFFLINE ?= 1
+GPU_HUB_OFFLINE ?= 0
 export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
@@ -82,6 +85,8 @@ define LAUNCH
 $(BIN)/accelerate launch --config_file $(1) -m agentrl.train $(2) --seed $(3) --output_dir $(RUNS)/$(notdir $(patsubst %/,%,$(dir $(2))))/$(basename $(notdir $(2)))/seed$(3) $(4)
 
 endef
+
+repro-bipace repro-salt repro-rtmc check-recipes: export HF_HUB_OFFLINE := $(GPU_HUB_OFFLINE)
 
 repro-bipace: setup
 	$(foreach r,$(sort $(wildcard recipes/bipace/*.yaml)),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))

@@ -25,7 +25,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from agentrl.recipe_file import RecipeError, read_recipe_file
+from agentrl.recipe_file import RecipeError, apply_recipe_env, read_recipe_file
 from agentrl.rollout.episodes import CONTEXT_MODES
 
 
@@ -190,6 +190,7 @@ def config_keys() -> set[str]:
 
 
 def _unknown_key_error(key: str, where: str) -> RecipeError:
+    key = str(key)
     close = difflib.get_close_matches(key, sorted(config_keys()), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see AgentRLConfig in agentrl/config.py"
     return RecipeError(f"unknown config key {key!r} in {where}{hint}")
@@ -254,15 +255,33 @@ def validate_credit(name: str, kwargs: dict) -> None:
         raise RecipeError(f"credit {name!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # a malformed id or an unreadable cache: not cached
+        return False
+
+
 def validate_model(path: str) -> None:
     from agentrl.models.registry import EMBEDDED_MODELS
 
+    if not isinstance(path, str) or not path.strip():
+        raise RecipeError("model_name_or_path must be set (a local folder, an embedded model "
+                          f"({', '.join(EMBEDDED_MODELS)}) or a hub id)")
     if path in EMBEDDED_MODELS:
         return
     p = Path(path).expanduser()
     looks_local = path.startswith(("/", ".", "~")) or os.sep in path and not _HUB_ID.match(path)
     if p.exists():
-        if p.is_dir() and not (p / "config.json").is_file():
+        if not p.is_dir():
+            raise RecipeError(f"model_name_or_path {path} is a file, not a model folder")
+        if not (p / "config.json").is_file():
             raise RecipeError(f"model folder {path} has no config.json")
         return
     if looks_local:
@@ -274,6 +293,9 @@ def validate_model(path: str) -> None:
         # "runs/tiny_model" looks like a hub id, but its folder "runs/" exists here: a missing
         # local folder (a real hub id's owner, e.g. "Qwen/", is not a local folder)
         raise RecipeError(f"model folder not found: {path} (model_name_or_path)")
+    if _offline() and not _in_hub_cache(path):
+        raise RecipeError(f"model folder not found: {path} (model_name_or_path; not a local folder, and "
+                          "not in the Hugging Face cache while HF_HUB_OFFLINE is set)")
 
 
 def vllm_available() -> bool:
@@ -289,20 +311,20 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
     data: dict[str, Any] = {}
     if path is not None:
         data = read_recipe_file(path)
-    env_vars = data.pop("env", None) or {}
-    if not isinstance(env_vars, dict):
-        raise RecipeError("recipe key 'env' must be a mapping of environment variables")
+    apply_recipe_env(data)  # a no-op when the entry point already applied it before importing torch
+    if "OMP_NUM_THREADS" in os.environ and os.environ["OMP_NUM_THREADS"].isdigit():
+        import torch  # already imported by trl; it read OMP_NUM_THREADS only if set before that
+
+        torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
     keys = config_keys()
     for k in data:
         if k not in keys:
             raise _unknown_key_error(k, path or "recipe")
     for tok in overrides:
         if tok.startswith("--"):
-            k = tok[2:].split("=", 1)[0]
-            if k not in keys:
+            k = tok[2:].split("=", 1)[0].replace("-", "_")  # TrlParser takes --learning-rate too
+            if k not in keys and not (k.startswith("no_") and k[3:] in keys):
                 raise _unknown_key_error(k, "command line")
-    for k, v in env_vars.items():
-        os.environ[str(k)] = str(v)
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     for k, v in _AGENT_DEFAULTS.items():

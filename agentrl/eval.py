@@ -3,6 +3,9 @@
     agentrl eval --checkpoint runs/x/checkpoint-50 --env agentrl/ALFWorld-v0 --split valid \
         --episodes 60 [--families pick,clean] [--temperature 0.4 | --greedy] [--out eval.json]
 
+The results JSON goes to ``--out``, by default ``eval_<env>_<split>.json`` in the (first)
+checkpoint folder.
+
 Task seeds are ``seed_start .. seed_start+episodes-1`` (or ``--seeds 3,5,8``): the same seeds give
 the same tasks, so two checkpoints evaluated with the same flags saw the same episodes.
 Success is the env's ``won`` flag; score is the mean final-step reward x 100 (WebShop's score).
@@ -33,9 +36,11 @@ class CellStats:
     length_sum: int = 0
     invalid_sum: int = 0
     steps_sum: int = 0
+    errors: int = 0
 
-    def add(self, won: bool, final_reward: float, length: int, n_invalid: int) -> None:
+    def add(self, won: bool, final_reward: float, length: int, n_invalid: int, error: bool = False) -> None:
         self.episodes += 1
+        self.errors += int(error)
         self.wins += int(won)
         self.score_sum += final_reward
         self.length_sum += length
@@ -53,6 +58,7 @@ class CellStats:
             "score": 100.0 * self.score_sum / n,
             "mean_length": self.length_sum / n,
             "invalid_rate": self.invalid_sum / max(self.steps_sum, 1),
+            "error_episodes": self.errors,  # env or prompt failures, counted as failed episodes
         }
 
 
@@ -78,7 +84,7 @@ def summarize(episodes, checkpoint: str, env_id: str, split: str, settings: dict
         final_reward = float(ep.steps[-1].reward) if ep.steps else 0.0
         fam = ep.task_family or "all"
         for c in (cells[fam], total):
-            c.add(bool(ep.won), final_reward, int(ep.length), int(ep.n_invalid))
+            c.add(bool(ep.won), final_reward, int(ep.length), int(ep.n_invalid), error=bool(getattr(ep, "error", None)))
     return EvalResult(
         checkpoint=checkpoint, env_id=env_id, split=split,
         per_family={k: cells[k].as_dict() for k in sorted(cells)}, all=total.as_dict(), settings=settings,
@@ -88,6 +94,7 @@ def summarize(episodes, checkpoint: str, env_id: str, split: str, settings: dict
 def markdown_table(results: list[EvalResult], metric: str = "success") -> str:
     """Rows = checkpoints, columns = task families + All; cells 'value (n)'."""
     fams = sorted({f for r in results for f in r.per_family})
+    labels = row_labels([r.checkpoint for r in results])
     head = "| checkpoint | " + " | ".join(fams + ["All"]) + " |"
     sep = "|" + "---|" * (len(fams) + 2)
     rows = [head, sep]
@@ -97,8 +104,21 @@ def markdown_table(results: list[EvalResult], metric: str = "success") -> str:
             c = r.per_family.get(f)
             cells.append(f"{c[metric]:.1f} ({c['episodes']})" if c else "-")
         cells.append(f"{r.all[metric]:.1f} ({r.all['episodes']})")
-        rows.append(f"| {Path(r.checkpoint).name or r.checkpoint} | " + " | ".join(cells) + " |")
+        rows.append(f"| {labels[r.checkpoint]} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def row_labels(checkpoints: list[str]) -> dict[str, str]:
+    """The shortest trailing part of each path that tells the checkpoints apart
+    (runs/X/checkpoint-100 and runs/Y/checkpoint-100 become X/checkpoint-100 and Y/checkpoint-100)."""
+    parts = {c: Path(c).parts or (c,) for c in checkpoints}
+    depth = 1
+    while True:
+        labels = {c: "/".join(p[-depth:]) for c, p in parts.items()}
+        clash = len(set(labels.values())) < len(set(checkpoints))
+        if not clash or depth >= max(len(p) for p in parts.values()):
+            return labels
+        depth += 1
 
 
 def load_policy(checkpoint: str):
@@ -111,17 +131,39 @@ def load_policy(checkpoint: str):
     if (ck / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(ck)
         base = json.loads((ck / "adapter_config.json").read_text()).get("base_model_name_or_path")
         tok_src = ck if (ck / "tokenizer_config.json").is_file() else base
+        load = lambda: AutoPeftModelForCausalLM.from_pretrained(ck)  # noqa: E731
     elif (ck / "config.json").is_file():
-        model = AutoModelForCausalLM.from_pretrained(ck)
         tok_src = ck
+        load = lambda: AutoModelForCausalLM.from_pretrained(ck)  # noqa: E731
     else:
         raise EvalError(f"{checkpoint} holds neither a model (config.json) nor an adapter (adapter_config.json)")
-    tok = AutoTokenizer.from_pretrained(tok_src)
+    try:
+        model = load()
+        tok = AutoTokenizer.from_pretrained(tok_src)
+    except (OSError, ValueError) as e:  # e.g. an adapter whose base model is not here
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise EvalError(f"cannot load {checkpoint}: {first}") from None
     model.eval()
     return model, tok
+
+
+def _check_tasks(env_id: str, env_kwargs: dict[str, Any], seed: int, options: dict[str, Any]) -> None:
+    """One reset with the first seed: a bad split, family or env kwarg fails here, in one line,
+    instead of every episode failing its reset and the table reporting 0%."""
+    import gymnasium as gym
+
+    try:
+        env = gym.make(env_id, **env_kwargs)
+    except Exception as e:
+        raise EvalError(f"cannot make {env_id} with {env_kwargs}: {type(e).__name__}: {e}") from None
+    try:
+        env.reset(seed=seed, options=options)
+    except Exception as e:
+        raise EvalError(f"cannot reset {env_id} with options {options}: {type(e).__name__}: {e}") from None
+    finally:
+        env.close()
 
 
 def evaluate(
@@ -150,11 +192,12 @@ def evaluate(
     if env_id not in gym.registry:
         valid = ", ".join(sorted(k for k in gym.registry if k.startswith("agentrl/")))
         raise EvalError(f"unknown env id {env_id!r}; valid: {valid}")
-    model, tok = model_and_tokenizer or load_policy(checkpoint)
     seeds = list(seeds) if seeds else list(range(seed_start, seed_start + episodes))
     options: dict[str, Any] = {"split": split}
     if families:
         options["families"] = list(families)
+    _check_tasks(env_id, env_kwargs or {}, seeds[0], options)
+    model, tok = model_and_tokenizer or load_policy(checkpoint)
     generate = hf_generate_fn(model, tok, max_new_tokens=max_new_tokens,
                               temperature=temperature if temperature > 0 else 1.0,
                               do_sample=temperature > 0)
@@ -197,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(env_kwargs, dict):
             raise EvalError("--env-kwargs must be a JSON object")
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-    except (json.JSONDecodeError, ValueError) as e:
+    except (json.JSONDecodeError, ValueError, EvalError) as e:
         print(f"agentrl eval: bad argument: {e}", file=sys.stderr)
         return 2
     if args.episodes <= 0 and not seeds:
@@ -217,11 +260,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentrl eval: {e}", file=sys.stderr)
         return 2
     print(markdown_table(results, "success"))
+    errors = sum(r.all.get("error_episodes", 0) for r in results)
+    if errors:
+        print(f"\nwarning: {errors} episode(s) ended on an env error (counted as failures; see the JSON)")
     if "WebShop" in args.env:
         print("\nScore:\n" + markdown_table(results, "score"))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps([r.to_dict() for r in results], indent=2))
+    out = Path(args.out) if args.out else Path(args.checkpoint[0]) / (
+        f"eval_{args.env.split('/')[-1]}_{args.split}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([r.to_dict() for r in results], indent=2))
+    print(f"\nresults: {out}")
     return 0
 
 

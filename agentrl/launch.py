@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from agentrl.recipe_file import RecipeError, read_recipe_file
+from agentrl.recipe_file import RecipeError, apply_recipe_env, read_recipe_file
 
 REPO_CONFIGS = Path(__file__).resolve().parent.parent / "accelerate_configs"
 
@@ -39,10 +39,33 @@ def _accelerate_executable() -> str:
     return found
 
 
+def _pop_override(overrides: list[str], key: str) -> tuple[str | None, list[str]]:
+    """The value of ``--key X`` / ``--key=X`` (dashes or underscores) and the other overrides."""
+    names = {f"--{key}", f"--{key.replace('_', '-')}"}
+    value, rest, i = None, [], 0
+    while i < len(overrides):
+        tok = overrides[i]
+        name, eq, val = tok.partition("=")
+        if name in names:
+            if not eq:
+                if i + 1 >= len(overrides):
+                    raise RecipeError(f"{tok} needs a value")
+                val = overrides[i + 1]
+                i += 1
+            value = val
+        else:
+            rest.append(tok)
+        i += 1
+    return value, rest
+
+
 def build_command(recipe: str, overrides: list[str]) -> list[str]:
     path = Path(recipe)
     data = read_recipe_file(path)
-    cfg = data.get("accelerate_config") or _default_config()
+    cli_cfg, overrides = _pop_override(list(overrides), "accelerate_config")
+    cfg = cli_cfg or data.get("accelerate_config") or _default_config()  # the CLI wins
+    if not isinstance(cfg, str):
+        raise RecipeError(f"accelerate_config must be a path, got {cfg!r}")
     cfg_path = Path(cfg)
     if not cfg_path.is_absolute() and not cfg_path.is_file():
         cfg_path = REPO_CONFIGS.parent / cfg
@@ -60,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         cmd = build_command(argv[0], argv[1:])
+        if not dry:  # every process accelerate starts inherits the recipe's env: block
+            apply_recipe_env(read_recipe_file(argv[0]))
     except RecipeError as e:
         print(f"agentrl launch: {e}", file=sys.stderr)
         return 2

@@ -27,4 +27,22 @@ def read_recipe_file(path: str | Path) -> dict[str, Any]:
         raise RecipeError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise RecipeError(f"{path} must be a YAML mapping of config keys")
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        raise RecipeError(f"{path}: config keys must be names, got {bad[0]!r}")
     return data
+
+
+def apply_recipe_env(data: dict[str, Any]) -> None:
+    """Export the recipe's ``env:`` mapping (pops it from ``data``).
+
+    Call it before torch, transformers or huggingface_hub are imported: they read variables such
+    as OMP_NUM_THREADS and HF_HUB_OFFLINE once, at import.
+    """
+    import os
+
+    env_vars = data.pop("env", None) or {}
+    if not isinstance(env_vars, dict):
+        raise RecipeError("recipe key 'env' must be a mapping of environment variables")
+    for k, v in env_vars.items():
+        os.environ[str(k)] = str(v)

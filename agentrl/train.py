@@ -9,8 +9,23 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agentrl.config import AgentRLConfig, RecipeError, load_recipe
+# agentrl.config imports TRL (and torch): deferred so that a recipe's env: block is exported first
+from agentrl.recipe_file import RecipeError, apply_recipe_env, read_recipe_file
+
+if TYPE_CHECKING:
+    from agentrl.config import AgentRLConfig
+
+
+def _load(path: str | None, overrides: list[str]) -> AgentRLConfig:
+    """Export the recipe's env: block, then import TRL and build the validated config."""
+    if path is not None:
+        apply_recipe_env(read_recipe_file(path))
+    from agentrl.config import load_recipe
+
+    return load_recipe(path, overrides)
 
 
 def split_argv(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -35,7 +50,9 @@ def _fail(prog: str, e: BaseException) -> int:
 def check_recipe(path: str | None, overrides: list[str] | None = None) -> int:
     """Validate a recipe (+ overrides) without training: 0 if fine, 2 with one line on stderr."""
     try:
-        cfg = load_recipe(path, overrides)
+        if path is None:
+            raise RecipeError("usage: agentrl check-recipe RECIPE.yaml [--field value ...]")
+        cfg = _load(path, list(overrides or []))
     except RecipeError as e:
         return _fail("agentrl check-recipe", e)
     print(f"recipe OK: env {cfg.env_id}, credit {cfg.credit}, model {cfg.model_name_or_path}, "
@@ -69,11 +86,35 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
     from agentrl.trainer import AgentGRPOTrainer
 
     model_path = resolve_model(cfg.model_name_or_path)
-    tok = AutoTokenizer.from_pretrained(model_path)
+    try:
+        tok = AutoTokenizer.from_pretrained(model_path)
+    except (OSError, ValueError) as e:  # not on the hub / no network / not a model folder
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RecipeError(f"cannot load the tokenizer of {cfg.model_name_or_path}: {first}") from None
     if tok.chat_template is None:
         raise RecipeError(f"the tokenizer of {model_path} has no chat template")
     return AgentGRPOTrainer(model=model_path, args=cfg, processing_class=tok,
                             peft_config=build_peft_config(cfg), hooks=hooks)
+
+
+def resume_target(value, output_dir: str) -> str | None:
+    """``--resume_from_checkpoint``: true/last/latest = the newest checkpoint in output_dir,
+    false/no/none = start fresh, else a checkpoint folder that must exist."""
+    if value is None or value is False:
+        return None
+    text = str(value).strip()
+    if text.lower() in ("", "false", "no", "none", "0"):
+        return None
+    if text.lower() in ("true", "last", "latest", "1", "yes"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+        if last is None:
+            raise RecipeError(f"--resume_from_checkpoint {text}: no checkpoint-* folder in {output_dir}")
+        return last
+    if not (Path(text) / "trainer_state.json").is_file():
+        raise RecipeError(f"--resume_from_checkpoint: {text} is not a checkpoint folder (no trainer_state.json)")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,13 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         path, rest = split_argv(argv)
         if path is None:
             raise RecipeError("usage: python -m agentrl.train RECIPE.yaml [--field value ...]")
-        cfg = load_recipe(path, rest)
+        cfg = _load(path, rest)
+        resume = resume_target(cfg.resume_from_checkpoint, cfg.output_dir)
         trainer = build_trainer(cfg)
     except RecipeError as e:
         return _fail("agentrl train", e)
-    resume = cfg.resume_from_checkpoint
-    if isinstance(resume, str) and resume.lower() in ("true", "last", "latest"):
-        resume = True
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(cfg.output_dir)
     return 0

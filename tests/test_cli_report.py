@@ -39,6 +39,16 @@ def test_launch_uses_recipe_accelerate_config(tmp_path):
     assert cmd[4:] == ["-m", "agentrl.train", str(r), "--max_steps", "3"]
 
 
+def test_launch_cli_accelerate_config_wins(tmp_path):
+    r = tmp_path / "r.yaml"
+    r.write_text("accelerate_config: accelerate_configs/cpu.yaml\nenv_id: agentrl/TextCraft-v0\n")
+    for flags in (["--accelerate_config", "accelerate_configs/cpu_zero3.yaml"],
+                  ["--accelerate-config=accelerate_configs/cpu_zero3.yaml"]):
+        cmd = build_command(str(r), ["--max_steps", "3", *flags])
+        assert Path(cmd[3]).resolve() == REPO / "accelerate_configs" / "cpu_zero3.yaml"
+        assert cmd[4:] == ["-m", "agentrl.train", str(r), "--max_steps", "3"]  # not passed on
+
+
 def test_launch_finds_accelerate_without_activated_venv(tmp_path, monkeypatch):
     # `.venv/bin/agentrl launch` is run without the venv on PATH
     monkeypatch.setenv("PATH", "/usr/bin:/bin")

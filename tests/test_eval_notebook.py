@@ -92,6 +92,38 @@ def test_eval_bad_input():
     assert p.returncode == 2 and "checkpoint folder not found" in p.stderr and "Traceback" not in p.stderr
 
 
+def test_eval_bad_input_in_process(tmp_path, capsys):
+    from agentrl.eval import main
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "/nonexistent/base",
+                                                             "peft_type": "LORA"}))
+    base = ["--checkpoint", str(adapter), "--env", "agentrl/TextCraft-v0", "--episodes", "2"]
+    cases = [
+        (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (["--split", "nosuch"], "cannot reset agentrl/TextCraft-v0"),  # not 0% over failed resets
+        (["--families", "nope"], "cannot reset agentrl/TextCraft-v0"),
+        ([], "cannot load"),  # the adapter's base model is not here
+    ]
+    for extra, needle in cases:
+        assert main(base + extra) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], (extra, err)
+
+
+def test_table_rows_tell_checkpoints_apart():
+    from agentrl.eval import EvalResult, row_labels
+
+    cell = CellStats()
+    cell.add(True, 1.0, 1, 0)
+    a = EvalResult("runs/X/checkpoint-100", "agentrl/X-v0", "valid", all=cell.as_dict())
+    b = EvalResult("runs/Y/checkpoint-100", "agentrl/X-v0", "valid", all=CellStats().as_dict())
+    rows = markdown_table([a, b]).splitlines()[2:]
+    assert rows[0].startswith("| X/checkpoint-100 |") and rows[1].startswith("| Y/checkpoint-100 |")
+    assert row_labels(["runs/a/ck", "runs/b/other"]) == {"runs/a/ck": "ck", "runs/b/other": "other"}
+
+
 def test_notebook_executes(tiny_run, tmp_path):
     import nbformat
     from nbclient import NotebookClient

@@ -24,6 +24,9 @@ def _params():
 @pytest.fixture(autouse=True)
 def _in_repo(monkeypatch):
     monkeypatch.chdir(REPO)
+    # the papers' recipes name hub models: validate them as on a GPU machine with hub access
+    # (offline, a hub id that is not in the local cache is refused; tested in tests/trainer)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
 
 
 @pytest.mark.parametrize("recipe", list(_params()))

@@ -22,6 +22,7 @@ episode failed + truncated with ``error`` set. Nothing here raises on model outp
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,12 +133,19 @@ def turn_message(env, obs: str, info: dict[str, Any], step: int) -> str:
     return "\n".join(lines)
 
 
+def _takes_history_length(fn) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "history_length" or p.kind is p.VAR_KEYWORD for p in params)
+
+
 def _user_prompt(env, obs, info, history, step, h) -> str:
     recent = history[-h:] if h > 0 else []
-    try:
+    if _takes_history_length(env.prompt):
         return env.prompt(obs, info, recent, step, history_length=h)
-    except TypeError:  # an env whose prompt() has only the contract's four arguments
-        return env.prompt(obs, info, recent, step)
+    return env.prompt(obs, info, recent, step)  # an env with only the contract's four arguments
 
 
 @dataclass
@@ -276,7 +284,11 @@ def run_episodes(
             if s.t >= max_turns:
                 _end(s, truncated=True)
                 continue
-            p = build_prompt(s)
+            try:
+                p = build_prompt(s)
+            except Exception as e:  # the env's prompt builder failed: this episode ends, training goes on
+                _end(s, truncated=True, error=f"prompt: {type(e).__name__}: {e}")
+                continue
             if p is None:
                 _end(s, truncated=True)
                 continue
@@ -353,7 +365,12 @@ def _apply_turn(s: _Slot, comp: list[int], fp, tokenizer, prefill, context_mode,
         return
     if context_mode == "trajectory":
         ended_eos = bool(comp) and comp[-1] == eos_id
-        text = tmpl.env_text(turn_message(s.env.unwrapped, obs, info, s.t), ended_eos, prefill)
+        try:
+            message = turn_message(s.env.unwrapped, obs, info, s.t)
+        except Exception as e:  # as above: the episode ends with what it has
+            _end(s, truncated=True, error=f"turn prompt: {type(e).__name__}: {e}")
+            return
+        text = tmpl.env_text(message, ended_eos, prefill)
         env_ids = _encode(tokenizer, text)
         ep.traj_completion_ids.extend(env_ids)
         ep.env_mask.extend([0] * len(env_ids))

@@ -37,6 +37,7 @@ from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import pad
 
 from agentrl.config import AgentRLConfig
+from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.episodes import Episode, GenerateOutput, run_episodes
 from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
@@ -115,6 +116,20 @@ def build_task_dataset(args: AgentRLConfig):
 
 
 # ----------------------------------------------------------------------------------- trainer
+def _check_fingerprint_layer(model, layer: int) -> None:
+    """RecipeError unless ``fingerprint_layer`` indexes one of the model's decoder layers."""
+    if isinstance(model, (str, Path)):
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model)
+    else:
+        config = model.config
+    n = getattr(config, "num_hidden_layers", None)
+    if isinstance(n, int) and not -n <= layer < n:
+        raise RecipeError(f"fingerprint_layer {layer} is out of range for a model with {n} decoder layers "
+                          f"(valid: {-n}..{n - 1})")
+
+
 class AgentGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose "completions" are multi-turn env episodes. See the module docstring.
 
@@ -130,13 +145,17 @@ class AgentGRPOTrainer(GRPOTrainer):
 
     def __init__(self, model, args: AgentRLConfig, train_dataset=None, processing_class=None,
                  peft_config=None, callbacks=None, hooks: RolloutHooks | None = None):
+        credit_kw = credit_kwargs(args)
+        credit_needs = credit_requirements(args.credit, credit_kw)
+        if "fingerprint" in credit_needs:  # fail before the model loads, not at the first rollout
+            _check_fingerprint_layer(model, args.fingerprint_layer)
         if train_dataset is None:
             train_dataset = build_task_dataset(args)
         super().__init__(model=model, reward_funcs=[env_reward], args=args, train_dataset=train_dataset,
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)
         self.hooks = hooks or RolloutHooks()
-        self.credit_kw = credit_kwargs(args)
-        self.credit_needs = credit_requirements(args.credit, self.credit_kw)
+        self.credit_kw = credit_kw
+        self.credit_needs = credit_needs
         self.need_fingerprint = "fingerprint" in self.credit_needs
         # Sampling logprobs of env tokens do not exist; TRL's vLLM IS correction would index a
         # ratio we do not build. Off until per-turn vLLM logprobs are threaded through.

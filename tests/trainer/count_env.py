@@ -5,7 +5,8 @@ body is ``str(t + 1)``: reward 1, else 0 (a non-number is rejected: invalid-acti
 The episode terminates after ``options["length"]`` executed commands (default 3; a malformed
 reply without ``<action>`` tags is not executed and does not count), so tests control episode
 lengths per task; ``won`` when every step was correct. ``options["raise_at"] = k`` makes step k
-raise (to test env failures). State signature = the step index; action signature = the body.
+raise and ``options["prompt_raise_at"] = k`` makes the prompt builders raise at step k (to test
+env failures). State signature = the step index; action signature = the body.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ class CountEnv(TextEnv):
     env_title = "a counting game"
 
     def _reset_task(self, seed, options: dict[str, Any]):
-        bad = sorted(set(options) - {"length", "lengths", "raise_at", "family", "parity"})
+        bad = sorted(set(options) - {"length", "lengths", "raise_at", "prompt_raise_at", "family", "parity"})
         if bad:
             raise ValueError(f"unknown reset option(s) {bad}; valid: length, raise_at, family")
         self._length = int(options.get("length", 3))
         if options.get("lengths"):  # per-seed lengths: tests make some groups end earlier
             self._length = int(options["lengths"][int(seed or 0) % len(options["lengths"])])
         self._raise_at = options.get("raise_at")
+        self._prompt_raise_at = options.get("prompt_raise_at")
         self._t = 0
         self._all_correct = True
         self._parity = bool(options.get("parity", False))
@@ -59,6 +61,18 @@ class CountEnv(TextEnv):
         done = self._t >= self._length
         extra = {"won": True} if done and self._all_correct else {}
         return (f"Say {self._t + 1}." if not done else "Done."), float(ok), done, True, extra
+
+    def _maybe_raise_in_prompt(self):
+        if self._prompt_raise_at is not None and self._t == int(self._prompt_raise_at):
+            raise KeyError("prompt builder failure (test)")
+
+    def prompt(self, obs, info, history, step, **kw):
+        self._maybe_raise_in_prompt()
+        return super().prompt(obs, info, history, step, **kw)
+
+    def turn_prompt(self, obs, info, step):
+        self._maybe_raise_in_prompt()
+        return f"Observation: {obs}"
 
     def expert_action(self):
         return str(self._t + 1) if self._t < self._length else None

@@ -76,6 +76,18 @@ def test_malformed_penalty_and_env_error(tiny):
     assert b.steps[-1].done and b.steps[-1].truncated
 
 
+@pytest.mark.parametrize("mode", ["window", "trajectory"])
+def test_prompt_builder_error_ends_only_that_episode(tiny, mode):
+    _, tok = tiny
+    tasks = [{"seed": 0, "options": {"length": 3}, "group_id": "a"},
+             {"seed": 0, "options": {"length": 3, "prompt_raise_at": 1}, "group_id": "b"}]
+    a, b = run_episodes(ENV_ID, tasks, scripted(tok), tok, context_mode=mode)
+    assert a.length == 3 and a.won and a.error is None
+    # b executed step 0, then building the prompt of step 1 raised: failed, truncated, error kept
+    assert b.length == 1 and b.truncated and not b.won
+    assert "prompt builder failure" in b.error and b.steps[-1].done
+
+
 def test_overlong_prompt_shrinks_history_then_truncates(tiny):
     _, tok = tiny
     task = [{"seed": 0, "options": {"length": 6}, "group_id": "a"}]

@@ -4,6 +4,10 @@ Runtime: ~60-90 s on 2 cores (the first test pays TRL's import).
 """
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -200,6 +204,15 @@ def test_recipe_errors_in_process(tmp_path, tiny_model_dir, capsys, monkeypatch)
         (dict(use_vllm=True), (), "use_vllm: true needs vllm"),
         (dict(context_mode="sideways"), (), "context_mode must be one of"),
         (dict(task_options={"bogus": 1}), (), "bogus"),
+        # looks like a hub id, its parent folder does not exist here, and we are offline
+        (dict(model_name_or_path="models/tiny_missing"), (), "model folder not found: models/tiny_missing"),
+        (dict(model_name_or_path=""), (), "model_name_or_path must be set"),
+        (dict(model_name_or_path=str(tmp_path / "bad.yaml")), (), "is a file, not a model folder"),
+        ({1: 2}, (), "config keys must be names"),
+        # fingerprint-using credit with a layer the 2-layer model does not have: fails before training
+        (dict(credit="bipace_q", fingerprint_layer=99), (), "fingerprint_layer 99 is out of range"),
+        ({}, ("--resume_from_checkpoint", "true"), "no checkpoint-* folder in"),
+        ({}, ("--resume_from_checkpoint", str(tmp_path / "nope")), "is not a checkpoint folder"),
     ]
     for d, extra, needle in cases:
         rc, err = run(d, extra)
@@ -207,3 +220,35 @@ def test_recipe_errors_in_process(tmp_path, tiny_model_dir, capsys, monkeypatch)
         assert len(err) == 1 and needle in err[0], (d, err)
     rc = main([str(tmp_path / "missing.yaml")])
     assert rc == 2 and "recipe not found" in capsys.readouterr().err
+
+
+def test_check_recipe_cli_forms(tmp_path, tiny_model_dir, capsys):
+    from agentrl.train import check_main, resume_target
+
+    rec = tmp_path / "r.yaml"
+    rec.write_text(yaml.safe_dump(dict(BASE, model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "o"))))
+    # TrlParser accepts dashed names; so does our unknown-key check
+    assert check_main([str(rec), "--learning-rate", "1e-5"]) == 0
+    assert "recipe OK" in capsys.readouterr().out
+    assert check_main([]) == 2 and "usage: agentrl check-recipe" in capsys.readouterr().err
+    assert resume_target("false", str(tmp_path)) is None and resume_target(None, str(tmp_path)) is None
+    ck = tmp_path / "o" / "checkpoint-7"
+    ck.mkdir(parents=True)
+    (ck / "trainer_state.json").write_text("{}")
+    assert resume_target("true", str(tmp_path / "o")) == str(ck)
+    assert resume_target(str(ck), str(tmp_path)) == str(ck)
+
+
+def test_recipe_env_block_is_exported_before_torch_loads(tmp_path, tiny_model_dir):
+    # huggingface_hub and torch read HF_HUB_OFFLINE / OMP_NUM_THREADS once, at import
+    rec = tmp_path / "r.yaml"
+    rec.write_text(yaml.safe_dump(dict(BASE, model_name_or_path=tiny_model_dir, output_dir=str(tmp_path / "o"),
+                                       env={"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})))
+    here = str(Path(__file__).parent)
+    code = (f"import sys; sys.path.insert(0, {here!r}); from agentrl.train import _load; _load({str(rec)!r}, []); "
+            "import huggingface_hub.constants as c, torch; print(c.HF_HUB_OFFLINE, torch.get_num_threads())")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "OMP_NUM_THREADS")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split()[-2:] == ["True", "1"]
