@@ -12,6 +12,7 @@ then works on integer columns (``factorize_rows``), never on Python strings.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -58,7 +59,11 @@ def factorize(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
 
 
 def _sort_key(v: Any) -> tuple[str, Any]:
-    # ints sort numerically, strings lexicographically; mixed types never compare across types
+    # ints sort numerically, strings naturally ("g0/2" before "g0/10", as the trainer numbers
+    # rollouts); mixed types never compare across types
+    if isinstance(v, str):
+        parts = re.split(r"(\d+)", v)
+        return ("str", tuple(int(x) if i % 2 else x for i, x in enumerate(parts)), v)
     return (type(v).__name__, v)
 
 

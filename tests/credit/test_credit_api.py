@@ -209,3 +209,12 @@ def test_bench_smoke(capsys):
     rows = {r["estimator"] for r in js["results"]}
     assert set(NAMES) <= rows and all(r["seconds"] >= 0 for r in js["results"])
     assert credit.compute("gigpo", []).diagnostics == {}
+
+
+def test_rollout_major_order_sorts_ids_naturally():
+    from agentrl.credit.batch import sorted_rank
+
+    # the trainer names rollouts "<group>/<i>": rollout 10 comes after rollout 2
+    assert sorted_rank(["g/10", "g/2", "g/1", 7, 3]).tolist() == [4, 3, 2, 1, 0]
+    recs = [r for i in (10, 2, 1) for r in traj("g", f"g/{i}", ["s"], ["a"], [float(i)])]
+    assert Batch(recs).order.tolist() == [2, 1, 0]
