@@ -10,7 +10,9 @@ Every env is a gymnasium.Env whose observations and actions are printable text:
   and the episode goes on. ``step`` never raises on model output.
 * ``info`` always carries: ``task`` (goal text), ``task_family``, ``won``, ``action_valid``,
   ``action`` (the parsed body or None) and, where the env has them, ``admissible_actions``,
-  ``state_sig`` and ``action_sig`` (RTMC signatures).
+  ``state_sig`` and ``action_sig`` (RTMC signatures). ``action`` and the signatures are clipped
+  to the action space's ``MAX_ACTION`` characters; messages that quote the model's command
+  quote at most ``ECHO_CHARS`` of it (``clip``).
 * ``prompt(obs, info, history, step)`` renders the user message (BiPACE App. J contract: task,
   step count, recent history, admissible actions, the ``<action>`` output format).
 * ``expert_action()`` returns the expert's next action body for the current state (SFT data,
@@ -32,6 +34,8 @@ from agentrl.actions import parse_action
 
 PRINTABLE = string.printable
 MAX_TEXT = 200_000
+MAX_ACTION = 4096  # the action space's max_length
+ECHO_CHARS = 200  # how much of the model's own command an error message may quote
 
 MALFORMED_MESSAGE = "Invalid response: write exactly one command inside <action>...</action>."
 
@@ -39,6 +43,15 @@ MALFORMED_MESSAGE = "Invalid response: write exactly one command inside <action>
 def to_printable(text: str) -> str:
     """Map text onto the printable charset of the observation space (unicode -> '?')."""
     return "".join(c if c in PRINTABLE else "?" for c in text)[:MAX_TEXT]
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked by "...".
+
+    Env messages quote the model's command ("Could not execute ..."); unclipped, one
+    200k-character response would be echoed into every later prompt.
+    """
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def parse_reset_options(options: dict[str, Any], splits, families, extra_keys=(),
@@ -76,7 +89,7 @@ class TextEnv(gym.Env):
         self.history_length = int(history_length)
         self.render_mode = render_mode
         self.observation_space = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=PRINTABLE)
-        self.action_space = spaces.Text(max_length=4096, min_length=0, charset=PRINTABLE)
+        self.action_space = spaces.Text(max_length=MAX_ACTION, min_length=0, charset=PRINTABLE)
         self._obs = ""
         self._task = ""
         self._family = ""
@@ -134,17 +147,20 @@ class TextEnv(gym.Env):
         return self._obs, float(reward), bool(terminated), False, info
 
     def _info(self, action: str | None, valid: bool, extra: dict) -> dict[str, Any]:
+        # the action text (and its signature) is bounded by the action space's length: a
+        # runaway response must not ride along in every record/log that keeps ``info``
         info: dict[str, Any] = {
             "task": self._task,
             "task_family": self._family,
             "won": self._won,
             "action_valid": valid,
-            "action": action,
+            "action": None if action is None else clip(action, MAX_ACTION),
         }
         adm = self.admissible_actions()
         if adm is not None:
             info["admissible_actions"] = adm
-        info.update(self.signatures(action))
+        info.update({k: clip(v, MAX_ACTION) if isinstance(v, str) else v
+                     for k, v in self.signatures(action).items()})
         info.update(extra)
         return info
 

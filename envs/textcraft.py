@@ -40,7 +40,7 @@ from functools import lru_cache
 from typing import Any
 
 from agentrl.actions import parse_action
-from envs.base import TextEnv, parse_reset_options
+from envs.base import TextEnv, clip, parse_reset_options
 
 FAMILIES = ("depth2", "depth3", "depth4")
 SPLITS = ("train", "valid")
@@ -326,16 +326,20 @@ class TextCraftEnv(TextEnv):
     def _execute(self, action):
         cmd = normalize_command(action)
         m = re.match(r"get (\d+) ", cmd + " ")
-        if m and int(m.group(1)) < 1:
-            return f"Could not execute {cmd}", 0.0, False, False, {}
+        # > 9 digits: int() would hit Python's digit limit (ValueError) past 4300 digits, and no
+        # recipe needs a billion of anything
+        if m and (len(m.group(1)) > 9 or int(m.group(1)) < 1):
+            return clip(f"Could not execute {cmd}"), 0.0, False, False, {}
         before = dict(self._engine.inventory)
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # craft() prints on count mismatch
                 obs, reward, terminated, _, _ = self._engine.step(cmd)
         except Exception:  # the engine must never crash an episode on model text
             self._engine.inventory = before
-            return f"Could not execute {cmd}", 0.0, False, False, {}
+            return clip(f"Could not execute {cmd}"), 0.0, False, False, {}
         valid = obs.startswith(("Got ", "Crafted ", "Inventory:"))
+        if not valid:  # the engine's errors quote the command ("Could not find <item>")
+            obs = clip(obs)
         if obs.startswith("Inventory:"):  # "[oak planks] (4) " -> "4 oak planks" (regular text)
             obs = "Inventory: " + (", ".join(f"{v} {k}" for k, v in self.inventory().items())
                                    or "nothing") + "."
@@ -411,6 +415,6 @@ class TextCraftEnv(TextEnv):
         if history:  # history holds (observation before, action); ``obs`` is that action's result
             a = history[-1][1]
             a = parse_action(a) or a if "<action>" in a.lower() else a
-            lines.append(f"Last: {a} -> {obs}")
+            lines.append(f"Last: {clip(a)} -> {obs}")
         lines.append("Next command as <action>...</action>:")
         return "\n".join(lines)

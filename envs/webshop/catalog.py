@@ -327,21 +327,23 @@ _STOP = {"a", "an", "the", "and", "or", "for", "with", "of", "in", "to", "by", "
 
 
 def _tokens(s: str) -> set[str]:
-    return {t for t in re.findall(r"[a-z0-9]+", s.lower()) if t not in _STOP}
+    # \w is Unicode-aware: non-ASCII titles ("连衣裙 — 真丝", "café") keep their words
+    return {t for t in re.findall(r"\w+", s.lower()) if t not in _STOP}
 
 
 def type_reward(bought: Product, goal: Goal) -> float:
     """r_type in {0, 0.1, 0.5, 1}: text matching of the product type (query, category, title).
 
     title_score is the share of the goal title's words in the bought title (WebShop uses spaCy
-    noun chunks; we use plain content words).
+    nouns; we use plain content words). A goal title without words scores 0.2, as in WebShop's
+    ``get_type_reward``: neither a match nor a mismatch, so query/category decide.
     """
     query_match = bought.query == goal.query
     cats_b = {x.strip() for x in bought.product_category.split("\u203a")}
     cats_g = {x.strip() for x in goal.product_category.split("\u203a")}
     category_match = len(cats_b & cats_g) >= 2
     gt = _tokens(goal.name)
-    title_score = len(gt & _tokens(bought.name)) / len(gt) if gt else 0.0
+    title_score = len(gt & _tokens(bought.name)) / len(gt) if gt else 0.2
     r = 1.0
     if not (query_match or category_match or title_score > 0.2):
         r = 0.5

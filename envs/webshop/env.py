@@ -15,7 +15,7 @@ import os
 import re
 from typing import Any
 
-from envs.base import TextEnv, parse_reset_options
+from envs.base import TextEnv, clip, parse_reset_options
 from envs.webshop.catalog import Catalog, Goal, get_catalog, reward
 
 SEP = " [SEP] "
@@ -152,7 +152,7 @@ class WebShopEnv(TextEnv):
             return self._render(), 0.0, False, True, {}
         clickables = self._clickables()
         if arg not in clickables:
-            return self._invalid(f"{arg!r} is not clickable on this page.")
+            return self._invalid(f"{clip(arg)!r} is not clickable on this page.")
         p = self._page
         if arg == "back to search":
             self._page, self._asin, self._chosen = "search", None, {}

@@ -218,3 +218,29 @@ def test_env_bench_drives_the_expert(capsys):
         assert r["steps"] >= 3 and 0 < r["step_ms"] <= r["step_p90_ms"]
     assert bench_main(["envs", "--envs", "agentrl/Nope-v0"]) == 2
     assert "unknown env id" in capsys.readouterr().err
+
+
+def test_huge_count_is_an_invalid_action_not_a_crash(env):
+    # int() of a > 4300-digit string raises ValueError; counts over 9 digits are rejected
+    env.reset(seed=seed_of("minecraft:crafting_table"))
+    for cmd in ("get " + "9" * 5000 + " oak logs", "get 1000000000 oak logs",
+                "craft 1 stick using " + "9" * 5000 + " oak planks"):
+        obs, r, term, _, info = env.step(format_action(cmd))
+        assert obs.startswith("Could not execute") and len(obs) <= 200 and r == pytest.approx(-0.1)
+        assert not info["action_valid"] and not term
+    obs, r, _, _, info = env.step("<action>get 999999999 oak logs</action>")  # 9 digits: fine
+    assert obs == "Got 999999999 oak logs" and info["action_valid"]
+
+
+def test_long_commands_are_not_echoed_whole():
+    # a 200k-character command must not come back in the observation (-> the next prompt) or
+    # in info: messages quote ~200 chars of it, info holds at most the action space's 4096
+    e = TextCraftEnv(prompt_style="compact")
+    obs0, _ = e.reset(seed=seed_of("minecraft:crafting_table"))
+    for body in ("x" * 200_000, "get 1 " + "oak " * 50_000, "craft 1 stick using " + "y" * 200_000):
+        resp = format_action(body)
+        obs, r, _, _, info = e.step(resp)
+        assert r == pytest.approx(-0.1) and len(obs) == 200 and obs.endswith("..."), obs[:80]
+        assert len(info["action"]) == 4096 and info["action"].endswith("...")
+        assert len(info["action_sig"]) <= 4096
+        assert len(e.prompt(obs, info, [(obs0, resp)], 1)) < 1500

@@ -233,3 +233,44 @@ def test_random_play_never_raises(env):
             assert env.observation_space.contains(obs) and (-0.1 <= r <= 1.0)
             if term:
                 break
+
+
+def test_long_click_is_not_echoed_whole(env):
+    # "'x x x ...' is not clickable" quotes ~200 chars of the command, not all 400k
+    env.reset(seed=5, options={"split": "valid"})
+    env.step("<action>search[wooden chair]</action>")
+    short, *_ = env.step("<action>click[nothing]</action>")
+    obs, r, term, _, info = env.step("<action>click[" + " ".join(["x"] * 200_000) + "]</action>")
+    assert not info["action_valid"] and r == pytest.approx(-0.1) and not term
+    assert len(obs) <= len(short) + 200 and "x x x...' is not clickable" in obs
+    assert len(info["action"]) == 4096 and len(info["action_sig"]) <= 4096
+
+
+def test_type_reward_of_titles_without_ascii_words(tmp_path):
+    base = dict(category="fashion", query="dress", product_category="Clothing › Women › Dresses",
+                description="a red silk dress", features=["red"], reviews=[], rating="4.0",
+                price=20.0, options={}, attributes=["silk"])
+    goal = dict(category="fashion", query="dress", product_category=base["product_category"],
+                instruction="...", attributes=["silk"], options=[], price_upper=30.0)
+    # a non-ASCII title tokenizes (Unicode words): the exact product gets the full reward
+    p = Product(asin="B0UNI00001", name="连衣裙 — 真丝", **base)
+    g = Goal(asin=p.asin, name=p.name, **goal)
+    assert type_reward(p, g) == 1.0 and reward(p, {}, g) == 1.0
+    # a goal title with no words at all: WebShop's title_score fallback 0.2, so the query or
+    # category match decides (1.0), else 0.5 -- never a forced 0
+    stars = Product(asin="B0UNI00002", name="★ ★ ★", **base)
+    gs = Goal(asin=stars.asin, name=stars.name, **goal)
+    assert type_reward(stars, gs) == 1.0 and reward(stars, {}, gs) == 1.0
+    elsewhere = Product(**{**stars.__dict__, "query": "lamp", "product_category": "Home › Lighting"})
+    assert type_reward(elsewhere, gs) == 0.5
+    # end to end: the oracle buys the non-ASCII-named product of a WebShop-format catalog
+    items = [{"asin": p.asin, "name": p.name, "category": "fashion", "query": "dress",
+              "product_category": base["product_category"], "full_description": "a red silk dress",
+              "small_description": ["silk"], "pricing": "$20.00"}]
+    ins = {p.asin: {"attributes": ["silk"], "instruction": "i need a red silk dress",
+                    "instruction_attributes": ["silk"], "instruction_options": []}}
+    (tmp_path / "items_shuffle.json").write_text(json.dumps(items))
+    (tmp_path / "items_ins_v2.json").write_text(json.dumps(ins))
+    split = "valid" if get_catalog(str(tmp_path)).split["valid"] else "train"
+    r, _, info = run_oracle(WebShopEnv(data_dir=str(tmp_path)), 0, {"split": split})
+    assert r == 1.0 and info["won"]
