@@ -31,13 +31,18 @@ state *after* the step, in which the next action is taken; reset gives s_0) and 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import re
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +55,16 @@ DEFAULT_MAX_STEPS = 30
 FIXED_MTIME = 1_700_000_000  # repo files get a fixed mtime: `ls -l` output is reproducible
 MAX_VIEW_BYTES = 1 << 20
 IGNORED = ("__pycache__", ".pytest_cache")
+# Workspace shape limits. Deeper directories are removed after a command and never walked, and the
+# file tools refuse such paths: every host-side walk stays shallow (no RecursionError) and every
+# path it builds stays far below PATH_MAX (4096), whatever a command made.
+MAX_DEPTH = 64
+MAX_REL_CHARS = 2048
+# RTMC edit hashes need the text of a changed file (line diff); snapshots keep the text of small
+# files only, within a total budget, and a streamed MD5 of every file (host memory stays small).
+MAX_TEXT_BYTES = 64 << 10
+TEXT_BUDGET = 4 << 20
+ECHO_CHARS = 200  # arguments echoed in error messages are cut to this
 
 TOOLS_DOC = f"""Tools (exactly one JSON object inside <action>...</action>; paths relative to {WORKDIR}):
 {{"tool": "file_editor", "command": "view", "path": "pkg/mod.py", "view_range": [1, 40]}}  (view_range optional; a directory lists files)
@@ -66,6 +81,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pytest
 sys.exit(pytest.main())
 """
+# The grading entry point: the result nonce comes on stdin (see pytest_shim.graded_main).
+_GRADE_MAIN = _SHIM_MAIN.replace("pytest.main()", "pytest.graded_main()")
+_RESULT = re.compile(r"@@agentrl-result ([0-9a-f]{32}) passed=(\d{1,9}) failed=(\d{1,9}) errors=(\d{1,9})",
+                     re.ASCII)
 
 
 class Refused(Exception):
@@ -77,11 +96,20 @@ class ToolError(Exception):
 
 
 def truncate(text: str, limit: int) -> str:
-    """Keep the head and tail halves of ``text`` within ``limit`` characters."""
+    """Keep the head and tail of ``text``, marker included within ``limit`` characters."""
     if len(text) <= limit:
         return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters truncated ...]\n{text[-half:]}"
+    room = limit - len("\n[...  characters truncated ...]\n") - len(str(len(text)))
+    if room < 2:
+        return text[:limit]
+    head, tail = room - room // 2, room // 2
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters truncated ...]\n{text[len(text) - tail:]}"
+
+
+def _short(value: Any) -> str:
+    """repr of an argument echoed in a message, cut to ECHO_CHARS."""
+    r = repr(value)
+    return r if len(r) <= ECHO_CHARS else r[:ECHO_CHARS] + "..."
 
 
 def _numbered(lines: list[str], start: int) -> str:
@@ -98,7 +126,8 @@ class SWEEnv(TextEnv):
                  max_obs_chars: int = 3000, command_timeout: float = 10.0, grade_timeout: float = 30.0,
                  memory_mb: int = 512, nproc: int = 16, validation_shaping: bool = False,
                  validation_beta: float = 0.05, shape_every_validation: bool = True,
-                 workspace_limit_mb: int = 32, jail_uid: int | None = None):
+                 workspace_limit_mb: int = 32, jail_uid: int | None = None,
+                 workspace_limit_files: int = 5000):
         """
         Args:
             invalid_action_penalty: subtracted from the reward of a rejected action (base class).
@@ -116,8 +145,12 @@ class SWEEnv(TextEnv):
             validation_beta: the bonus beta (paper: 0.05).
             shape_every_validation: True = every test run after a modification earns beta (Eq. 12
                 as written); False = only the first test run after each new modification.
-            workspace_limit_mb: after a command, files it added beyond this total are deleted.
-            jail_uid: uid the sandbox runs as when we are root (None = a free one per env).
+            workspace_limit_mb: right after a command, the largest files (not the task's) are
+                deleted until the workspace is within this total.
+            jail_uid: host uid the sandbox runs as when we are root (None = a free one per env);
+                inside the jail it is always uid 1000.
+            workspace_limit_files: right after a command, entries (files, directories, links)
+                beyond this count are deleted, the ones the command made first.
         """
         super().__init__(invalid_action_penalty=invalid_action_penalty, history_length=history_length,
                          render_mode=render_mode)
@@ -131,9 +164,10 @@ class SWEEnv(TextEnv):
         self.validation_beta = float(validation_beta)
         self.shape_every_validation = bool(shape_every_validation)
         self.workspace_limit = int(workspace_limit_mb) << 20
+        self.workspace_limit_files = int(workspace_limit_files)
         self.tasks = load_tasks()
         self._base = Path(tempfile.mkdtemp(prefix="agentrl-swe-"))
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._base), True)
+        self._finalizer = weakref.finalize(self, _rmtree, self._base)
         self.repo = self._base / "repo"
         self.repo.mkdir()
         runtime = self._base / "runtime"
@@ -146,6 +180,7 @@ class SWEEnv(TextEnv):
         self._action_sig: str | None = None
         self._done = False
         self._validated = False
+        self._snap_cache: dict[str, FileState] = {}
 
     # --- setup ---------------------------------------------------------------------------------
     @staticmethod
@@ -154,6 +189,7 @@ class SWEEnv(TextEnv):
         lib.mkdir(parents=True)
         shutil.copyfile(Path(__file__).parent / "runtime" / "pytest_shim.py", lib / "__init__.py")
         (lib / "__main__.py").write_text(_SHIM_MAIN)
+        (lib / "_grade.py").write_text(_GRADE_MAIN)
         bin_ = runtime / "bin"
         bin_.mkdir()
         for name in ("pytest", "py.test"):
@@ -208,6 +244,7 @@ class SWEEnv(TextEnv):
             task = pool[idx]
         self.task = task
         self._materialize(self.repo, task.files)
+        self._snap_cache = {}
         self.tracker = S.SignatureTracker()
         self._action_sig = None
         self._done = False
@@ -227,8 +264,10 @@ class SWEEnv(TextEnv):
             won, summary, counts = self._grade()
             self._done = True
             self._won = won
+            # the step's own output is cut first, so that the note and the verdict survive
+            obs = truncate(obs, self.max_obs_chars // 3)
             obs = self._obs = truncate(f"{obs}\n[Step limit reached: the repository was submitted.]\n{summary}",
-                                       self.max_obs_chars + 200)
+                                       self.max_obs_chars)
             reward += 1.0 if won else 0.0
             terminated = True
             info.update(won=won, graded_at_step_limit=True, **counts)
@@ -240,13 +279,18 @@ class SWEEnv(TextEnv):
             call = json.loads(action, strict=False)
         except json.JSONDecodeError as e:
             return self._reject(f"Invalid action: the body of <action> must be one JSON object ({e.msg}).", extra)
+        except (ValueError, RecursionError):  # an integer over Python's digit limit; nesting too deep
+            return self._reject("Invalid action: the body of <action> must be one JSON object "
+                                "(a number too long or nesting too deep).", extra)
         if not isinstance(call, dict):
             return self._reject("Invalid action: the body of <action> must be a JSON object.", extra)
         tool = call.get("tool")
-        handler = {"file_editor": self._file_editor, "search": self._search, "bash": self._bash,
-                   "think": self._think, "finish": self._finish}.get(tool)
+        handler = None
+        if isinstance(tool, str):  # a list or an object is unhashable: it cannot be looked up
+            handler = {"file_editor": self._file_editor, "search": self._search, "bash": self._bash,
+                       "think": self._think, "finish": self._finish}.get(tool)
         if handler is None:
-            return self._reject(f"Invalid action: unknown tool {tool!r}; valid tools: file_editor, search, "
+            return self._reject(f"Invalid action: unknown tool {_short(tool)}; valid tools: file_editor, search, "
                                 "bash, think, finish.", extra)
         extra["tool"] = tool
         try:
@@ -262,7 +306,7 @@ class SWEEnv(TextEnv):
 
     def _reject(self, message: str, extra: dict):
         self._action_sig = "invalid"
-        return message, 0.0, False, False, extra
+        return truncate(message, self.max_obs_chars), 0.0, False, False, extra
 
     def signatures(self, action: str | None) -> dict[str, str]:
         out = {"state_sig": self.tracker.state_sig()}
@@ -285,7 +329,8 @@ class SWEEnv(TextEnv):
         if name not in call or call[name] is None:
             if required:
                 raise Refused(f"missing argument {name!r} for {call.get('tool')}"
-                              + (f" {call['command']}" if "command" in call and call.get("tool") == "file_editor" else ""))
+                              + (f" {_short(call['command'])}" if "command" in call and call.get("tool") == "file_editor"
+                                 else ""))
             return default
         value = call[name]
         if kind is int and isinstance(value, bool) or not isinstance(value, kind):
@@ -299,15 +344,18 @@ class SWEEnv(TextEnv):
         p = path.strip()
         if p.startswith("/"):
             if p != WORKDIR and not p.startswith(WORKDIR + "/"):
-                raise Refused(f"path {p!r} is outside the workspace {WORKDIR}")
+                raise Refused(f"path {_short(p)} is outside the workspace {WORKDIR}")
             p = p[len(WORKDIR):].lstrip("/") or "."
         rel = os.path.normpath(p)
         if rel == ".." or rel.startswith("../") or rel.startswith("/"):
-            raise Refused(f"path {path!r} is outside the workspace {WORKDIR}")
+            raise Refused(f"path {_short(path)} is outside the workspace {WORKDIR}")
+        if rel.count("/") >= MAX_DEPTH or len(rel) > MAX_REL_CHARS:
+            raise Refused(f"path {_short(path)} is too deep (at most {MAX_DEPTH} components, "
+                          f"{MAX_REL_CHARS} characters)")
         host = self.repo / rel
         real, root = os.path.realpath(host), os.path.realpath(self.repo)
         if real != root and not real.startswith(root + os.sep):
-            raise Refused(f"path {path!r} leads outside the workspace {WORKDIR}")
+            raise Refused(f"path {_short(path)} leads outside the workspace {WORKDIR}")
         return ("." if rel == "." else rel), host
 
     def _read_text(self, rel: str, host: Path) -> str:
@@ -340,7 +388,7 @@ class SWEEnv(TextEnv):
     def _file_editor(self, call: dict, extra: dict):
         command = self._arg(call, "command", str)
         if command not in ("view", "create", "str_replace", "insert"):
-            raise Refused(f"unknown file_editor command {command!r}; valid: view, create, str_replace, insert")
+            raise Refused(f"unknown file_editor command {_short(command)}; valid: view, create, str_replace, insert")
         rel, host = self._resolve(self._arg(call, "path", str))
         extra["command"] = command
         try:
@@ -428,11 +476,9 @@ class SWEEnv(TextEnv):
             return f"ERROR: The path {WORKDIR}/{rel} does not exist.", 0.0, False, f"search@{rel}:error"
         files = [host]
         if host.is_dir() and not host.is_symlink():
-            files = []
-            for root, dirs, names in os.walk(host):  # never follows symlinks (no escapes, no loops)
-                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in IGNORED)
-                files += [Path(root) / n for n in sorted(names) if not n.startswith(".")]
-            files.sort()
+            entries, _ = _scan(host)  # never follows symlinks (no escapes, no loops); depth-capped
+            files = [host / r for r, _st in sorted(entries, key=lambda e: e[0].split("/"))
+                     if not any(part.startswith(".") or part in IGNORED for part in r.split("/"))]
         hits = []
         for p in files:
             try:
@@ -443,28 +489,30 @@ class SWEEnv(TextEnv):
                 continue
             try:
                 text = p.read_bytes().decode("utf-8")
-            except UnicodeDecodeError:
+            except (OSError, UnicodeDecodeError):
                 continue
             prel = p.relative_to(self.repo).as_posix()
             hits += [f"{prel}:{i}: {line.strip()[:200]}" for i, line in enumerate(text.splitlines(), 1)
                      if pattern in line]
         self.tracker.add(rel, "S")
         if not hits:
-            return f"No matches for {pattern!r} in {WORKDIR}/{rel if rel != '.' else ''}", 0.0, False, f"search@{rel}"
+            return (f"No matches for {_short(pattern)} in {WORKDIR}/{rel if rel != '.' else ''}", 0.0, False,
+                    f"search@{rel}")
         more = f"\n[{len(hits) - 50} more matches]" if len(hits) > 50 else ""
-        return f"{len(hits)} match(es) for {pattern!r}:\n" + "\n".join(hits[:50]) + more, 0.0, False, f"search@{rel}"
+        return (f"{len(hits)} match(es) for {_short(pattern)}:\n" + "\n".join(hits[:50]) + more, 0.0, False,
+                f"search@{rel}")
 
     def _bash(self, call: dict, extra: dict):
         command = self._arg(call, "command", str)
         if not command.strip():
             raise Refused("command must not be empty")
-        before = self._snapshot()
+        entries, _ = _scan(self.repo)
+        before = self._snapshot(entries)
         had_mods = self.tracker.modified
         res = self.sandbox.run(["/bin/bash", "-c", command])
+        # Limits first: what the command left is never read before it is back within them.
+        note = self._enforce_workspace_limits({rel for rel, _st in entries})
         after = self._snapshot()
-        note = self._enforce_workspace_limit(before, after)
-        if note:
-            after = self._snapshot()
         out = res.output.rstrip("\n")
         if res.timed_out:
             out += f"\n[The command timed out after {self.command_timeout:g} s and was killed.]"
@@ -474,14 +522,14 @@ class SWEEnv(TextEnv):
         ok = res.exit_code == 0
         cat, target, rng = S.classify_bash(command)
         target = self._norm_target(target)
-        changed = sorted(p for p in after if p not in before or after[p] != before[p])
+        changed = sorted(p for p in after if p not in before or after[p].digest != before[p].digest)
         created = [p for p in changed if p not in before]
         removed = sorted(p for p in before if p not in after)
         for p in changed:  # record every real change in the state
             if p in created:
                 self.tracker.add(p, "C")
             else:
-                kind, h = S.edit_op(before[p], after[p])
+                kind, h = _edit_op(before[p], after[p])
                 self.tracker.add(p, f"{'I' if kind == 'insert' else 'M'}:{h}")
         if changed:
             self._validated = False
@@ -503,7 +551,7 @@ class SWEEnv(TextEnv):
             if p[0] in created:
                 sig = f"create@{p[0]}"
             else:
-                kind, h = S.edit_op(before[p[0]], after[p[0]])
+                kind, h = _edit_op(before[p[0]], after[p[0]])
                 sig = f"modify:{kind}:{h}@{p[0]}"
         elif cat == "view":
             sig = self._bash_view(target, rng)
@@ -518,21 +566,34 @@ class SWEEnv(TextEnv):
         return out, reward, False, sig
 
     def _bash_view(self, target: str, rng):
-        host = self.repo / target
-        if rng is None or not host.is_file():
+        """Signature of a cat/head/tail/sed-style view. The target comes from the command's text, so
+        it is resolved like a file tool's path: only a regular file inside the workspace is read
+        (for tail's line count); anything else (/etc/shadow, /proc/kmsg, a FIFO) is never opened
+        on the host, and the view is recorded without a line range."""
+        host = self._workspace_file(target)
+        if rng is None or host is None:
             self.tracker.add(target, "Vf")
             return f"view:full@{target}"
         start, end = rng
         if start < 0:  # tail -n N
             try:
                 n = len(self._read_text(target, host).splitlines())
-            except ToolError:
+            except (ToolError, OSError):
                 n = 0
             start, end = max(n + start + 1, 1), max(n, 1)
         bs = S.buckets(start, end)
         for b in bs:
             self.tracker.add(target, f"V[{b}]")
         return f"view:{S.bucket_scope(bs)}@{target}"
+
+    def _workspace_file(self, target: str) -> Path | None:
+        """Host path of ``target`` when it is a regular file inside the workspace, else None."""
+        try:
+            _, host = self._resolve(target)
+            st = os.stat(host)  # symlinks may be followed: _resolve checked where they lead
+        except (Refused, ValueError, OSError):
+            return None
+        return host if stat.S_ISREG(st.st_mode) else None
 
     @staticmethod
     def _norm_target(target: str) -> str:
@@ -554,55 +615,92 @@ class SWEEnv(TextEnv):
         return f"Submitted.\n{summary}", (1.0 if won else 0.0), True, "finish"
 
     # --- workspace -----------------------------------------------------------------------------
-    def _snapshot(self) -> dict[str, str]:
-        """Text of every regular file in the workspace (symlinks as '-> target')."""
-        out = {}
-        for root, dirs, files in os.walk(self.repo):
-            dirs[:] = [d for d in dirs if d not in IGNORED]
-            for name in files:
-                p = os.path.join(root, name)
-                rel = os.path.relpath(p, self.repo)
-                try:
-                    st = os.lstat(p)
-                    if stat.S_ISLNK(st.st_mode):
-                        out[rel] = "-> " + os.readlink(p)
-                    elif stat.S_ISREG(st.st_mode):
-                        out[rel] = (Path(p).read_bytes().decode("utf-8", "replace") if st.st_size <= MAX_VIEW_BYTES
-                                    else f"<{st.st_size} bytes, mtime {st.st_mtime_ns}>")
-                    else:
-                        out[rel] = "<special file>"
-                except OSError:
+    def _snapshot(self, entries: list[tuple[str, os.stat_result]] | None = None) -> dict[str, FileState]:
+        """State of every non-directory entry of the workspace (``_scan``'s entries, or a new scan).
+
+        Files are hashed by streaming; only small ones keep their text (for RTMC line diffs).
+        A file whose (mode, size, mtime, ctime, inode) did not change since the last snapshot is
+        not read again (ctime cannot be set by a command)."""
+        if entries is None:
+            entries, _ = _scan(self.repo)
+        out: dict[str, FileState] = {}
+        budget = TEXT_BUDGET
+        for rel, st in sorted(entries):
+            if stat.S_ISDIR(st.st_mode) or any(part in IGNORED for part in rel.split("/")):
+                continue
+            key = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            want_text = not stat.S_ISREG(st.st_mode) or st.st_size <= min(MAX_TEXT_BYTES, budget)
+            state = self._snap_cache.get(rel)
+            if state is None or state.key != key or (want_text and state.text is None):
+                state = _file_state(self.repo / rel, st, key, want_text)
+                if state is None:
                     continue
+            elif not want_text and state.text is not None:
+                state = FileState(key, state.digest, None)
+            if state.text is not None and stat.S_ISREG(st.st_mode):
+                budget -= st.st_size
+            out[rel] = state
+        self._snap_cache = out
         return out
 
-    def _enforce_workspace_limit(self, before: dict, after: dict) -> str:
-        sizes = []
-        total = 0
-        for root, _dirs, files in os.walk(self.repo):
-            for name in files:
-                p = os.path.join(root, name)
+    def _enforce_workspace_limits(self, known: set[str]) -> str:
+        """Bring the workspace back within its limits right after a command; returns a note for
+        the observation. Directories too deep to walk are removed; then the largest files while
+        the total size is over the limit; then entries while their count is over it (those the
+        command made, ``known`` = what existed before, go first). The task's files and their
+        directories are never removed."""
+        notes = []
+        entries, too_deep = _scan(self.repo)
+        for rel in too_deep:
+            _rmtree(self.repo / rel)
+        if too_deep:
+            gone = set(too_deep)
+            entries = [(r, st) for r, st in entries if r not in gone]
+            notes.append(f"directories nested deeper than {MAX_DEPTH} levels (or paths longer than "
+                         f"{MAX_REL_CHARS} characters) were removed: {_names(too_deep)}")
+        protected = set(self.task.files)
+        for rel in self.task.files:
+            while "/" in rel:
+                rel = rel.rpartition("/")[0]
+                protected.add(rel)
+        files = [(st.st_size, rel) for rel, st in entries if not stat.S_ISDIR(st.st_mode)]
+        total = sum(size for size, _ in files)
+        if total > self.workspace_limit:
+            removed = []
+            for size, rel in sorted(files, reverse=True):
+                if total <= self.workspace_limit:
+                    break
+                if rel in protected:
+                    continue
                 try:
-                    size = os.lstat(p).st_size
+                    os.unlink(self.repo / rel)
                 except OSError:
                     continue
-                total += size
-                sizes.append((size, os.path.relpath(p, self.repo)))
-        if total <= self.workspace_limit:
-            return ""
-        removed = []
-        for size, rel in sorted(sizes, reverse=True):
-            if total <= self.workspace_limit:
-                break
-            if rel in self.task.files:
-                continue
-            try:
-                os.unlink(self.repo / rel)
-            except OSError:
-                continue
-            total -= size
-            removed.append(rel)
-        return (f"\n[The workspace exceeded {self.workspace_limit >> 20} MiB; removed: "
-                + ", ".join(removed[:10]) + "]")
+                total -= size
+                removed.append(rel)
+            gone = set(removed)
+            entries = [(r, st) for r, st in entries if r not in gone]
+            notes.append(f"The workspace exceeded {self.workspace_limit >> 20} MiB; removed: {_names(removed)}")
+        count = len(entries)
+        if count > self.workspace_limit_files:
+            dirs = {rel for rel, st in entries if stat.S_ISDIR(st.st_mode)}
+            rels = [rel for rel, _ in entries if rel not in protected]
+            # newest first; reverse order puts a directory's entries before the directory
+            order = (sorted((r for r in rels if r not in known), reverse=True)
+                     + sorted((r for r in rels if r in known), reverse=True))
+            removed = []
+            for rel in order:
+                if count <= self.workspace_limit_files:
+                    break
+                try:
+                    (os.rmdir if rel in dirs else os.unlink)(self.repo / rel)
+                except OSError:
+                    continue
+                count -= 1
+                removed.append(rel)
+            notes.append(f"The workspace exceeded {self.workspace_limit_files} files and directories; "
+                         f"removed {len(removed)}: {_names(removed)}")
+        return "".join(f"\n[{n}]" for n in notes)
 
     def _tree(self, host: Path, rel: str, depth: int = 2) -> str:
         lines = []
@@ -627,55 +725,57 @@ class SWEEnv(TextEnv):
         """Run the task's pristine test files against the agent's repository, in the jail."""
         task = self.task
         grade = self._base / "grade"
-
-        def ignore(d, names):
-            skip = set()
-            for n in names:
-                if n in IGNORED:
-                    skip.add(n)
-                    continue
-                try:
-                    mode = os.lstat(os.path.join(d, n)).st_mode
-                except OSError:
-                    skip.add(n)
-                    continue
-                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-                    skip.add(n)
-            return skip
-        _rmtree(grade)
-        shutil.copytree(self.repo, grade, symlinks=True, ignore=ignore)
-        for t in task.tests:
-            p = grade / t
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            elif os.path.lexists(p):
-                p.unlink()
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(task.files[t])
-        self.sandbox.give(grade)
-        nonce = os.urandom(8).hex()
-        res = self.sandbox.run([JAIL_PYTHON, "-I", "-B", f"{RUNTIME_MOUNT}/lib/pytest/__main__.py", "-q",
-                                *task.tests], workspace=grade, env={"AGENTRL_SWE_NONCE": nonce},
-                               wall_s=self.grade_timeout)
-        passed = failed = errors = 0
-        marker = f"@@agentrl-result {nonce} "
-        lines, found = [], False
-        for line in res.output.splitlines():
-            if line.startswith(marker):
-                kv = dict(x.split("=") for x in line[len(marker):].split())
-                passed, failed, errors = int(kv["passed"]), int(kv["failed"]), int(kv["errors"])
-                found = True
-            else:
-                lines.append(line)
-        won = found and not res.timed_out and failed == 0 and errors == 0 and passed == task.num_tests
+        nonce = os.urandom(16).hex()
+        try:
+            _rmtree(grade)
+            self._grading_copy(grade)
+            # The nonce goes over stdin, not the environment or argv (both readable in /proc).
+            # A mitigation only: the verdict is printed by the process that imports the agent's
+            # code, which can still find the nonce by scanning that process's memory.
+            res = self.sandbox.run([JAIL_PYTHON, "-I", "-B", f"{RUNTIME_MOUNT}/lib/pytest/_grade.py", "-q",
+                                    *task.tests], workspace=grade, stdin=nonce.encode() + b"\n",
+                                   wall_s=self.grade_timeout)
+        finally:
+            _rmtree(grade)
+        counts, lines = _parse_result(res.output, nonce, res.exit_code)
+        passed, failed, errors = counts or (0, 0, 0)
+        won = counts is not None and failed == 0 and errors == 0 and passed == task.num_tests
         if res.timed_out:
             lines.append(f"[The test suite timed out after {self.grade_timeout:g} s.]")
-        elif not found:
+        elif counts is None:
             lines.append("[The test run did not complete.]")
         verdict = "All tests pass: the issue is resolved." if won else "The tests do not pass: the issue is not resolved."
         summary = truncate("\n".join(lines).strip(), self.max_obs_chars - 200) + "\n" + verdict
-        _rmtree(grade)
         return won, summary, {"tests_passed": passed, "tests_failed": failed + errors}
+
+    def _grading_copy(self, grade: Path) -> None:
+        """Copy the repository to ``grade`` and put the task's pristine test files in it.
+
+        Nothing here follows a link the agent made: links are copied as links, the test paths
+        are left out of the copy, and ``_place_file`` writes each test file into real directories
+        made for it (a link such as ``tests -> /etc`` in the copy is replaced, never written
+        through, even though we may be root)."""
+        tests = set(self.task.tests)
+        entries, _ = _scan(self.repo)
+        grade.mkdir()
+        made = {""}  # directories copied so far ("" = the root)
+        for rel, st in sorted(entries):  # a directory sorts before its entries
+            if rel.rpartition("/")[0] not in made or rel in tests or any(p in IGNORED for p in rel.split("/")):
+                continue
+            src, dst = self.repo / rel, grade / rel
+            try:
+                if stat.S_ISDIR(st.st_mode):
+                    os.mkdir(dst)
+                    made.add(rel)
+                elif stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(src), dst)
+                elif stat.S_ISREG(st.st_mode):
+                    shutil.copy2(src, dst, follow_symlinks=False)
+            except OSError:
+                continue
+        for rel in self.task.tests:
+            _place_file(grade, rel, self.task.files[rel])
+        self.sandbox.give(grade)
 
     def expert_action(self) -> str | None:
         """Replay the reference patch (str_replace), run the tests once after it, then finish."""
@@ -713,22 +813,154 @@ class SWEEnv(TextEnv):
         return json.dumps({"tool": "finish"})
 
 
+def _scan(root: Path) -> tuple[list[tuple[str, os.stat_result]], list[str]]:
+    """Every entry under ``root`` as (relative path, lstat), and the directories not walked.
+
+    Iterative and never follows a symlink. A directory at MAX_DEPTH components, or with a path
+    over MAX_REL_CHARS characters, is listed but not entered (second list): a command can nest
+    directories thousands deep, which would overflow Python's recursion and PATH_MAX."""
+    entries: list[tuple[str, os.stat_result]] = []
+    too_deep: list[str] = []
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            with os.scandir(root / rel_dir) as it:
+                children = sorted((e.name, e) for e in it)
+        except OSError:
+            continue
+        for name, e in children:
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            entries.append((rel, st))
+            if stat.S_ISDIR(st.st_mode):
+                if rel.count("/") + 1 >= MAX_DEPTH or len(rel) > MAX_REL_CHARS:
+                    too_deep.append(rel)
+                else:
+                    stack.append(rel)
+    return entries, sorted(too_deep)
+
+
+@dataclass(frozen=True)
+class FileState:
+    """One workspace entry in a snapshot."""
+
+    key: tuple
+    """(mode, size, mtime_ns, ctime_ns, inode): unchanged key = unchanged content."""
+    digest: str
+    """MD5 of the content (of ``-> target`` for a link)."""
+    text: str | None
+    """The content as text when small enough to keep, else None."""
+
+
+def _file_state(path: Path, st: os.stat_result, key: tuple, want_text: bool) -> FileState | None:
+    """Hash one entry; a regular file is read in chunks and only its small text is kept."""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            text = "-> " + os.readlink(path)
+        except OSError:
+            return None
+    elif not stat.S_ISREG(st.st_mode):
+        text = "<special file>"  # a FIFO or a device is never opened
+    else:
+        md5, data = hashlib.md5(), bytearray()
+        try:
+            with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
+                while chunk := fh.read(1 << 18):
+                    md5.update(chunk)
+                    if want_text:
+                        data += chunk
+        except OSError:
+            return None
+        text = data.decode("utf-8", "replace") if want_text else None
+        return FileState(key, md5.hexdigest(), text)
+    return FileState(key, hashlib.md5(text.encode("utf-8", "replace")).hexdigest(), text)
+
+
+def _edit_op(before: FileState, after: FileState) -> tuple[str, str]:
+    """RTMC ('replace'|'insert', hash) of a change; without both texts (a big file) there is no
+    line diff, so the hash covers the two contents' digests."""
+    if before.text is not None and after.text is not None:
+        return S.edit_op(before.text, after.text)
+    return "replace", S.edit_hash(before.digest, after.digest)
+
+
+def _names(rels: list[str], limit: int = 10) -> str:
+    """A short list of paths for a note."""
+    shown = [r if len(r) <= ECHO_CHARS else r[:ECHO_CHARS] + "..." for r in rels[:limit]]
+    return ", ".join(shown) + (f" and {len(rels) - limit} more" if len(rels) > limit else "")
+
+
+def _parse_result(output: str, nonce: str, exit_code: int | None) -> tuple[tuple[int, int, int] | None, list[str]]:
+    """((passed, failed, errors) or None, the other output lines) of a grading run.
+
+    A result counts only when the output's last line is a well-formed marker with our nonce and
+    the exit code agrees with it (0 exactly when nothing failed and something passed); anything
+    else, a forged or garbled marker included, means no result."""
+    lines = output.splitlines()
+    m = _RESULT.fullmatch(lines[-1]) if lines else None
+    if m is None or not hmac.compare_digest(m.group(1), nonce) or exit_code is None:
+        return None, lines
+    passed, failed, errors = (int(x) for x in m.group(2, 3, 4))
+    if (exit_code == 0) != (failed == 0 and errors == 0 and passed > 0):
+        return None, lines
+    return (passed, failed, errors), lines[:-1]
+
+
+def _place_file(root: Path, rel: str, text: str) -> None:
+    """Write ``root/rel`` through real directories only: a link or a file on the way is replaced
+    by a new directory, and the final directory is checked (realpath) to be inside ``root``."""
+    *parents, name = rel.split("/")
+    d = root
+    for part in parents:
+        d = d / part
+        if os.path.islink(d) or (os.path.lexists(d) and not os.path.isdir(d)):
+            os.unlink(d)
+        if not os.path.lexists(d):
+            os.mkdir(d)
+    if os.path.realpath(d) != os.path.join(os.path.realpath(root), *parents):
+        raise RuntimeError(f"refusing to write {rel}: its directory leads outside {root}")
+    p = d / name
+    if os.path.isdir(p) and not os.path.islink(p):
+        _rmtree(p)
+    elif os.path.lexists(p):
+        os.unlink(p)
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 def _rmtree(path: Path) -> None:
-    """Remove a tree even where a sandboxed command dropped permissions (when not root)."""
+    """Remove a tree even where a sandboxed command dropped permissions (when not root) or nested
+    directories too deep for shutil.rmtree (which recurses) or for PATH_MAX: then ``rm -rf``."""
     if not os.path.lexists(path):
         return
 
     def onerror(func, p, exc):
         try:
             os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
+            if not os.path.islink(p):  # chmod would follow a link out of the tree
+                os.chmod(p, 0o700)
         except OSError:
             pass
         try:
             func(p)
         except OSError:
             pass
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=onerror)
-    else:
-        shutil.rmtree(path, onerror=onerror)
+    try:
+        if os.path.islink(path) or not os.path.isdir(path):
+            os.unlink(path)
+        elif sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=onerror)
+        else:
+            shutil.rmtree(path, onerror=onerror)
+    except (OSError, RecursionError):
+        pass
+    if os.path.lexists(path):
+        if os.geteuid() != 0:
+            subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], stdin=subprocess.DEVNULL,
+                           capture_output=True, check=False)
+        subprocess.run(["rm", "-rf", "--", str(path)], stdin=subprocess.DEVNULL, capture_output=True, check=False)

@@ -9,7 +9,9 @@ time (the whole namespace is killed).
 
 FINDINGS.md: root is exempt from RLIMIT_NPROC, so when we are root the jail runs as an
 unprivileged uid of its own (one per Sandbox, so that envs do not share a process budget);
-``/root`` is mode 700, so the jail uses the world-readable ``/usr/bin/python3``.
+``/root`` is mode 700, so the jail uses the world-readable ``/usr/bin/python3``. Inside the jail's
+user namespace that host uid is always mapped to ``JAIL_ID`` (1000), so what a command sees
+(``id -u``, ``ls -ln``) does not depend on which env instance runs it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ INSTALL_HINT = ("bubblewrap (bwrap) is required by agentrl/SWE-v0: every tool co
 JAIL_PYTHON = "/usr/bin/python3"
 WORKDIR = "/testbed"
 RUNTIME_MOUNT = "/opt/swe"
+JAIL_ID = 1000  # uid and gid of the jail's user as seen inside (fixed: observations are reproducible)
 JAIL_PATH = f"{RUNTIME_MOUNT}/bin:/usr/bin:/bin:/usr/local/bin:/usr/sbin:/sbin"
 
 # /etc entries a shell and Python may want; bound read-only when present (no passwd/shadow).
@@ -84,7 +87,8 @@ def sandbox_problem() -> str | None:
     else:
         reason = None
         try:
-            p = subprocess.run([bwrap_path(), "--unshare-all", "--ro-bind", "/usr", "/usr",
+            p = subprocess.run([bwrap_path(), "--unshare-all", "--unshare-user", "--uid", str(JAIL_ID),
+                                "--gid", str(JAIL_ID), "--ro-bind", "/usr", "/usr",
                                 "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
                                 "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
                                 JAIL_PYTHON, "-c", "print('ok')"],
@@ -183,7 +187,7 @@ class Sandbox:
                 "prlimit", f"--nproc={nproc}", f"--as={lim.memory_mb << 20}", f"--cpu={lim.cpu_s}",
                 f"--fsize={lim.fsize_mb << 20}", "--core=0", "--",
                 bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-                "--hostname", "sandbox",
+                "--hostname", "sandbox", "--unshare-user", "--uid", str(JAIL_ID), "--gid", str(JAIL_ID),
                 "--ro-bind", "/usr", "/usr"]
         for link, target in (("/bin", "usr/bin"), ("/lib", "usr/lib"), ("/lib64", "usr/lib64"),
                              ("/sbin", "usr/sbin")):
@@ -207,8 +211,13 @@ class Sandbox:
         return argv + list(command)
 
     def run(self, command: list[str], workspace: str | Path | None = None,
-            env: dict[str, str] | None = None, wall_s: float | None = None) -> RunResult:
-        """Run ``command`` (argv inside the jail) and return its merged, capped output."""
+            env: dict[str, str] | None = None, wall_s: float | None = None,
+            stdin: bytes | None = None) -> RunResult:
+        """Run ``command`` (argv inside the jail) and return its merged, capped output.
+
+        ``stdin``: a few bytes the command reads on its standard input (default: /dev/null). They
+        travel over a pipe, so unlike ``env`` they appear in no environment and no argv.
+        """
         lim = self.limits
         wall = lim.wall_s if wall_s is None else float(wall_s)
         argv = self._argv(command, Path(workspace or self.workspace), env or {})
@@ -216,8 +225,7 @@ class Sandbox:
         if self.is_root:
             kw = {"user": self.uid, "group": self.uid, "extra_groups": []}
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, process_group=0, **kw)
+        proc = self._popen(argv, stdin, kw)
         half = lim.output_bytes // 2
         head, tail = bytearray(), bytearray()
         dropped = 0
@@ -258,6 +266,25 @@ class Sandbox:
         text += tail.decode("utf-8", "replace")
         return RunResult(output=text, exit_code=None if timed_out else code, timed_out=timed_out,
                          dropped_bytes=dropped, seconds=time.monotonic() - t0)
+
+    @staticmethod
+    def _popen(argv: list[str], data: bytes | None, kw: dict) -> subprocess.Popen:
+        if data is None:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, process_group=0, **kw)
+        if len(data) > 4096:  # more could block the write below (the pipe buffer is >= 4 KiB)
+            raise ValueError("stdin data is limited to 4096 bytes")
+        r, w = os.pipe()
+        try:
+            os.write(w, data)
+            os.close(w)
+            w = -1
+            return subprocess.Popen(argv, stdin=r, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    process_group=0, **kw)
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:

@@ -11,8 +11,9 @@ run it). It is our own code, a subset of pytest:
   (``match=``), ``pytest.approx``, ``pytest.fail``, ``pytest.skip``, ``pytest.mark.parametrize``;
 * exit codes as pytest: 0 all passed, 1 failures, 2 collection errors, 5 nothing collected.
 
-Output carries no timings, so runs are deterministic. When ``AGENTRL_SWE_NONCE`` is set (the
-env's grading run) the last line is a machine-readable result tagged with that nonce.
+Output carries no timings, so runs are deterministic. The env's grading run enters through
+``graded_main`` (runtime ``_grade.py``): it reads a nonce from stdin and ends the output with a
+machine-readable result line tagged with it.
 """
 
 from __future__ import annotations
@@ -223,10 +224,33 @@ def _format_failure(exc):
     return "\n".join(lines)
 
 
-def main(args=None):
+def graded_main(args=None):
+    """The env's grading run: ``main`` plus a last line ``@@agentrl-result NONCE passed=...``.
+
+    The nonce arrives on stdin, which is read to its end and replaced by /dev/null before any test
+    file (and so any code of the repository under test) is imported: it is in no environment
+    variable, no argv (both readable in /proc) and no module global, only in this call's frames.
+    This is a mitigation, not a proof: code imported by the tests runs in this process and can
+    still find the nonce by walking the interpreter's frames or scanning its memory, so an
+    in-process verdict stays forgeable by such code. The env also requires the result to be the
+    last line of output and the exit code to agree with the counts.
+    """
+    data = b""
+    while True:
+        chunk = os.read(0, 4096)
+        if not chunk:
+            break
+        data += chunk
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    return main(args, _nonce=data.decode("ascii", "replace").strip() or None)
+
+
+def main(args=None, *, _nonce=None):
     """Run the tests; returns the exit code."""
     args = list(sys.argv[1:] if args is None else args)
-    nonce = os.environ.pop("AGENTRL_SWE_NONCE", None)
+    nonce = _nonce
     verbose, quiet, exitfirst, kexpr, paths = False, False, False, None, []
     it = iter(args)
     for a in it:
