@@ -58,12 +58,16 @@ def factorize(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
     return ids, uniq
 
 
+_DIGIT_RUNS = re.compile(r"(\d+)")
+
+
 def _sort_key(v: Any) -> tuple[str, Any]:
     # ints sort numerically, strings naturally ("g0/2" before "g0/10", as the trainer numbers
     # rollouts); mixed types never compare across types
     if isinstance(v, str):
-        parts = re.split(r"(\d+)", v)
-        return ("str", tuple(int(x) if i % 2 else x for i, x in enumerate(parts)), v)
+        parts = _DIGIT_RUNS.split(v)
+        parts[1::2] = map(int, parts[1::2])
+        return ("str", tuple(parts), v)
     return (type(v).__name__, v)
 
 

@@ -82,13 +82,15 @@ class _DenseGram:
             X = None
         if X is None or X.ndim != 2 or X.shape[1] != self.dim:
             raise ValueError("fingerprints must all be flat float vectors of the same length")
-        if not np.isfinite(X).all():
-            raise ValueError("fingerprints hold NaN or inf")
         return X
 
     @staticmethod
     def _normalize(X: np.ndarray) -> np.ndarray:
         norm = np.sqrt(np.einsum("...j,...j->...", X, X))
+        # a NaN or inf anywhere makes its row's norm non-finite (so does float32 overflow of a
+        # finite row, hence the exact check only then)
+        if not np.isfinite(norm).all() and not np.isfinite(X).all():
+            raise ValueError("fingerprints hold NaN or inf")
         X *= np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)[..., None]
         return X
 
@@ -202,13 +204,18 @@ def bag_gram(pieces: np.ndarray, texts: list[str], n: int = 3, dim: int = 1024) 
         P = pieces[pos]
         r, c = np.nonzero(P >= 0)
         u, inv = np.unique(P[r, c], return_inverse=True)
-        C = H.dense(u)
+        C = H.dense(u, normalize=False)
+        K = C @ C.T  # raw n-gram overlaps; unit piece vectors = K scaled by its diagonal
+        k = np.sqrt(np.diagonal(K))
+        k = np.divide(1.0, k, out=np.zeros_like(k), where=k > 0)
+        K *= k[:, None] * k[None, :]
         M = np.bincount(r * len(u) + inv, minlength=len(pos) * len(u)).astype(np.float32)
         M = M.reshape(len(pos), len(u))
-        G = (M @ (C @ C.T)) @ M.T
+        G = (M @ K) @ M.T
         d = np.sqrt(np.diagonal(G))
         s = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)
-        return G * s[:, None] * s[None, :]
+        G *= s[:, None] * s[None, :]
+        return G
 
     return gram
 
