@@ -13,7 +13,6 @@ values are all equal gets a mean equal to that value bit for bit and an advantag
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import count
 from operator import itemgetter
 
 import numpy as np
@@ -98,17 +97,12 @@ def action_key_first_n(batch: Batch, n: int) -> np.ndarray:
             f"action_key='first_n' needs action_token_ids on every record ({missing} of {len(toks)} lack it); "
             "use action_key='action_tag' instead"
         )
-    # One streaming C-level pass: each key tuple is hashed once and dropped at once (no list of
-    # 100k tuples hashed twice). setdefault stores the position of the key's first occurrence;
-    # those positions increase with first appearance, so np.unique's inverse numbers the keys in
-    # first-seen order, exactly as factorize does.
-    table: dict[tuple, int] = {}
-    first = np.fromiter(
-        map(table.setdefault, map(tuple, map(itemgetter(slice(0, n)), toks)), count()),
-        dtype=np.int64,
-        count=len(toks),
-    )
-    return np.unique(first, return_inverse=True)[1].reshape(-1)
+    # One streaming C-level pass: each prefix tuple is hashed and dropped at once; records are
+    # keyed by the 64-bit hash of their prefix (Python's tuple hash; token ids are >= 0). Two
+    # different prefixes among 1e5 records share a hash with probability ~3e-10, and a dict of
+    # tuples (exact) cost 2.5x as much. Keys are numbered by hash value: only equality is used.
+    h = np.fromiter(map(hash, map(tuple, map(itemgetter(slice(0, n)), toks))), dtype=np.int64, count=len(toks))
+    return np.unique(h, return_inverse=True)[1].reshape(-1)
 
 
 def action_key_tag(batch: Batch) -> tuple[np.ndarray, float]:
