@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -239,8 +240,8 @@ class Batch:
     def field(self, name: str, default: Any = None) -> list[Any]:
         """A record field in canonical order (Python list)."""
         recs = self._records
-        if self._kind == "dict":
-            return [r.get(name, default) for r in recs]
+        if self._kind == "dict":  # map over dict.get: a C-level loop
+            return list(map(dict.get, recs, repeat(name), repeat(default)))
         if self._kind == "attr":
             return [getattr(r, name, default) for r in recs]
         return _getter(recs)(name, default)
