@@ -65,7 +65,7 @@ lint: setup
 	$(BIN)/ruff check agentrl envs tests
 
 bench: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.bench credit --records 100000 --repeats 5
+	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.bench credit --records 100000 --repeats 7
 	$(BIN)/python -m agentrl.bench envs --episodes 10
 
 clean:
