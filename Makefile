@@ -107,6 +107,9 @@ repro-salt-cpu: setup
 repro-rtmc-cpu: setup
 	$(foreach r,$(sort $(wildcard recipes/cpu/rtmc_*.yaml)),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
 
+# the tiny recipes name a model folder the demo/tests build: checked against the embedded model
 check-recipes: setup
 	@set -e; for r in $(sort $(wildcard recipes/*.yaml recipes/*/*.yaml)); do \
-	  printf '%s: ' $$r; $(BIN)/python -m agentrl check-recipe $$r; done
+	  printf '%s: ' $$r; extra=; \
+	  case $$r in recipes/demo_tiny.yaml|*_tiny_*) extra="--model_name_or_path smollm2";; esac; \
+	  $(BIN)/python -m agentrl check-recipe $$r $$extra; done
