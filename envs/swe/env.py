@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.base import TextEnv
+from envs.base import TextEnv, clip
 from envs.swe import signatures as S
 from envs.swe.sandbox import JAIL_PYTHON, RUNTIME_MOUNT, WORKDIR, Limits, Sandbox
 from envs.swe.tasks import SPLITS, Task, families, load_tasks
@@ -64,7 +64,6 @@ MAX_REL_CHARS = 2048
 # files only, within a total budget, and a streamed MD5 of every file (host memory stays small).
 MAX_TEXT_BYTES = 64 << 10
 TEXT_BUDGET = 4 << 20
-ECHO_CHARS = 200  # arguments echoed in error messages are cut to this
 
 TOOLS_DOC = f"""Tools (exactly one JSON object inside <action>...</action>; paths relative to {WORKDIR}):
 {{"tool": "file_editor", "command": "view", "path": "pkg/mod.py", "view_range": [1, 40]}}  (view_range optional; a directory lists files)
@@ -107,9 +106,8 @@ def truncate(text: str, limit: int) -> str:
 
 
 def _short(value: Any) -> str:
-    """repr of an argument echoed in a message, cut to ECHO_CHARS."""
-    r = repr(value)
-    return r if len(r) <= ECHO_CHARS else r[:ECHO_CHARS] + "..."
+    """repr of an argument echoed in a message, clipped like every env's echoes."""
+    return clip(repr(value))
 
 
 def _numbered(lines: list[str], start: int) -> str:
@@ -890,7 +888,7 @@ def _edit_op(before: FileState, after: FileState) -> tuple[str, str]:
 
 def _names(rels: list[str], limit: int = 10) -> str:
     """A short list of paths for a note."""
-    shown = [r if len(r) <= ECHO_CHARS else r[:ECHO_CHARS] + "..." for r in rels[:limit]]
+    shown = [clip(r) for r in rels[:limit]]
     return ", ".join(shown) + (f" and {len(rels) - limit} more" if len(rels) > limit else "")
 
 
