@@ -27,6 +27,13 @@ fail on the current files (old_str not found, file missing, line out of range) r
 as the observation without a penalty, as in SWE-agent. ``info`` carries RTMC ``state_sig`` (the
 state *after* the step, in which the next action is taken; reset gives s_0) and ``action_sig``
 (the action just executed); see ``envs.swe.signatures``.
+
+Known limits of the isolation: memory is capped per process (RLIMIT_AS), not per jail (no
+cgroup); nothing caps the disk while a command runs (files are capped at 16 MiB each, and the
+workspace size and file-count limits are enforced as soon as the command returns, before the host
+reads the tree); and the test verdict is produced inside the test process, which imports the
+agent's code, so code that searches the runner's memory could forge it (the result nonce comes
+over stdin, never through the environment or argv, and the marker must agree with the exit code).
 """
 
 from __future__ import annotations
