@@ -25,8 +25,8 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from agentrl.recipe_file import RecipeError, apply_recipe_env, read_recipe_file
-from agentrl.rollout.episodes import CONTEXT_MODES
+from agentrl.recipe_file import RecipeError, apply_recipe_env, first_line, read_recipe_file
+from agentrl.rollout.episodes import CONTEXT_MODES, probe_task
 
 
 def _cuda() -> bool:
@@ -225,23 +225,14 @@ def validate_tasks(cfg: AgentRLConfig) -> None:
     (split, families) fail here, once, instead of turning every episode into an env error.
     A combination that passed is remembered for the process (checking many recipes resets
     ALFWorld, 2-3 s a reset, once per distinct setting)."""
-    import gymnasium as gym
-
     key = json.dumps([cfg.env_id, cfg.env_kwargs, cfg.reset_options(), cfg.task_seed_start],
                      sort_keys=True, default=str)
     if key in _CHECKED_TASKS:
         return
-
     try:
-        env = gym.make(cfg.env_id, **(cfg.env_kwargs or {}))
-    except Exception as e:
-        raise RecipeError(f"env_kwargs {cfg.env_kwargs} rejected by {cfg.env_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    try:
-        env.reset(seed=cfg.task_seed_start, options=cfg.reset_options())
-    except Exception as e:
-        raise RecipeError(f"task options {cfg.reset_options()} rejected by {cfg.env_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    finally:
-        env.close()
+        probe_task(cfg.env_id, cfg.env_kwargs, cfg.task_seed_start, cfg.reset_options())
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
     _CHECKED_TASKS.add(key)
 
 
@@ -252,7 +243,7 @@ def validate_credit(name: str, kwargs: dict) -> None:
     try:
         credit_mod.validate(name, **kwargs)
     except (ValueError, TypeError, KeyError) as e:
-        raise RecipeError(f"credit {name!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        raise RecipeError(f"credit {name!r}: {first_line(e)}") from None
 
 
 def _offline() -> bool:
@@ -351,7 +342,7 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
     except RecipeError:
         raise
     except (ValueError, TypeError) as e:
-        raise RecipeError(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
+        raise RecipeError(first_line(e)) from None
     validate_config(cfg)
     return cfg
 

@@ -110,11 +110,11 @@ def plot_curve(points: list[tuple[int, float, float]], train_curve: list[tuple[i
     ax.errorbar(xs, ys, yerr=[p[2] for p in points], marker="o", capsize=3,
                 label=f"held-out valid success ({n_eval} episodes, greedy; bars = 1 binomial s.e.)")
     if train_curve:
+        from agentrl.report import smooth
+
         # each step samples only a few training tasks: show a running mean over 5 steps
         k = 5
-        vals = [100 * v for _, v in train_curve]
-        smooth = [sum(vals[max(0, i - k + 1): i + 1]) / len(vals[max(0, i - k + 1): i + 1]) for i in range(len(vals))]
-        ax.plot([s for s, _ in train_curve], smooth, alpha=0.5,
+        ax.plot([s for s, _ in train_curve], smooth([100 * v for _, v in train_curve], k), alpha=0.5,
                 label=f"training rollouts success (sampled, mean of last {k} steps)")
     ax.set_xlabel("RL step (optimizer steps after the SFT warm start)")
     ax.set_ylabel("success (%)")

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrl.recipe_file import first_line
+
 
 class EvalError(Exception):
     """Bad eval input: reported as one line, exit code 2."""
@@ -143,27 +145,9 @@ def load_policy(checkpoint: str):
         model = load()
         tok = AutoTokenizer.from_pretrained(tok_src)
     except (OSError, ValueError) as e:  # e.g. an adapter whose base model is not here
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise EvalError(f"cannot load {checkpoint}: {first}") from None
+        raise EvalError(f"cannot load {checkpoint}: {first_line(e)}") from None
     model.eval()
     return model, tok
-
-
-def _check_tasks(env_id: str, env_kwargs: dict[str, Any], seed: int, options: dict[str, Any]) -> None:
-    """One reset with the first seed: a bad split, family or env kwarg fails here, in one line,
-    instead of every episode failing its reset and the table reporting 0%."""
-    import gymnasium as gym
-
-    try:
-        env = gym.make(env_id, **env_kwargs)
-    except Exception as e:
-        raise EvalError(f"cannot make {env_id} with {env_kwargs}: {type(e).__name__}: {e}") from None
-    try:
-        env.reset(seed=seed, options=options)
-    except Exception as e:
-        raise EvalError(f"cannot reset {env_id} with options {options}: {type(e).__name__}: {e}") from None
-    finally:
-        env.close()
 
 
 def evaluate(
@@ -188,6 +172,7 @@ def evaluate(
 
     import envs  # noqa: F401  (registers agentrl/* ids)
     from agentrl.rollout import hf_generate_fn, run_episodes
+    from agentrl.rollout.episodes import probe_task
 
     if env_id not in gym.registry:
         valid = ", ".join(sorted(k for k in gym.registry if k.startswith("agentrl/")))
@@ -196,7 +181,10 @@ def evaluate(
     options: dict[str, Any] = {"split": split}
     if families:
         options["families"] = list(families)
-    _check_tasks(env_id, env_kwargs or {}, seeds[0], options)
+    try:  # one reset first: a bad split or family fails in one line, not as 0% over failed resets
+        probe_task(env_id, env_kwargs, seeds[0], options)
+    except ValueError as e:
+        raise EvalError(str(e)) from None
     model, tok = model_and_tokenizer or load_policy(checkpoint)
     generate = hf_generate_fn(model, tok, max_new_tokens=max_new_tokens,
                               temperature=temperature if temperature > 0 else 1.0,

@@ -59,9 +59,10 @@ def _pop_override(overrides: list[str], key: str) -> tuple[str | None, list[str]
     return value, rest
 
 
-def build_command(recipe: str, overrides: list[str]) -> list[str]:
+def build_command(recipe: str, overrides: list[str], data: dict | None = None) -> list[str]:
+    """The ``accelerate launch`` argv for ``recipe`` (``data``: the recipe, when already read)."""
     path = Path(recipe)
-    data = read_recipe_file(path)
+    data = read_recipe_file(path) if data is None else data
     cli_cfg, overrides = _pop_override(list(overrides), "accelerate_config")
     cfg = cli_cfg or data.get("accelerate_config") or _default_config()  # the CLI wins
     if not isinstance(cfg, str):
@@ -82,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: agentrl launch RECIPE.yaml [--dry-run] [--field value ...]", file=sys.stderr)
         return 2
     try:
-        cmd = build_command(argv[0], argv[1:])
+        data = read_recipe_file(argv[0])
+        cmd = build_command(argv[0], argv[1:], data)
         if not dry:  # every process accelerate starts inherits the recipe's env: block
-            apply_recipe_env(read_recipe_file(argv[0]))
+            apply_recipe_env(data)
     except RecipeError as e:
         print(f"agentrl launch: {e}", file=sys.stderr)
         return 2

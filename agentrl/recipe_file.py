@@ -14,6 +14,13 @@ class RecipeError(ValueError):
     """A user error in a recipe or CLI override: printed as one line, exit code 2."""
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type name when the message is empty):
+    what a one-line error shows of a library's multi-line message."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def read_recipe_file(path: str | Path) -> dict[str, Any]:
     """Parse ``path`` into a dict; RecipeError (one line) if missing, not YAML or not a mapping."""
     import yaml
@@ -24,7 +31,7 @@ def read_recipe_file(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
-        raise RecipeError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+        raise RecipeError(f"{path} is not valid YAML ({first_line(e)})") from None
     if not isinstance(data, dict):
         raise RecipeError(f"{path} must be a YAML mapping of config keys")
     bad = [k for k in data if not isinstance(k, str)]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 # agentrl.config imports TRL (and torch): deferred so that a recipe's env: block is exported first
-from agentrl.recipe_file import RecipeError, apply_recipe_env, read_recipe_file
+from agentrl.recipe_file import RecipeError, apply_recipe_env, first_line, read_recipe_file
 
 if TYPE_CHECKING:
     from agentrl.config import AgentRLConfig
@@ -89,8 +89,7 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
     try:
         tok = AutoTokenizer.from_pretrained(model_path)
     except (OSError, ValueError) as e:  # not on the hub / no network / not a model folder
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise RecipeError(f"cannot load the tokenizer of {cfg.model_name_or_path}: {first}") from None
+        raise RecipeError(f"cannot load the tokenizer of {cfg.model_name_or_path}: {first_line(e)}") from None
     if tok.chat_template is None:
         raise RecipeError(f"the tokenizer of {model_path} has no chat template")
     return AgentGRPOTrainer(model=model_path, args=cfg, processing_class=tok,

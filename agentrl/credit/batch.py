@@ -25,10 +25,13 @@ REQUIRED = ("group_id", "traj_id", "t", "obs", "action", "reward", "done")
 _MISSING = object()
 
 
-def _getter(records: Sequence[Any]):
-    """Field accessor for dicts and attribute objects (StepRecord); both may be mixed."""
-    if all(isinstance(r, dict) for r in records):
-        return lambda name, default=None: [r.get(name, default) for r in records]
+def _getter(records: Sequence[Any], kind: str):
+    """Field accessor ``(name, default) -> list`` for records that are all dicts (``kind="dict"``),
+    all attribute objects such as StepRecord (``"attr"``), or a mix of both (``"mixed"``)."""
+    if kind == "dict":  # map over dict.get: a C-level loop
+        return lambda name, default=None: list(map(dict.get, records, repeat(name), repeat(default)))
+    if kind == "attr":
+        return lambda name, default=None: [getattr(r, name, default) for r in records]
     return lambda name, default=None: [
         r.get(name, default) if isinstance(r, dict) else getattr(r, name, default) for r in records
     ]
@@ -42,7 +45,7 @@ def _required_columns(records: Sequence[Any]) -> tuple[list[list[Any]], str]:
         get = itemgetter if kind == "dict" else attrgetter
         return [list(map(get(k), records)) for k in REQUIRED], kind
     except (KeyError, AttributeError, TypeError):
-        get = _getter(records)
+        get = _getter(records, "mixed")
         missing = [k for k in REQUIRED if any(v is _MISSING for v in get(k, _MISSING))]
         if not missing:  # mixed dicts and objects: slow path
             return [get(k) for k in REQUIRED], "mixed"
@@ -239,12 +242,7 @@ class Batch:
 
     def field(self, name: str, default: Any = None) -> list[Any]:
         """A record field in canonical order (Python list)."""
-        recs = self._records
-        if self._kind == "dict":  # map over dict.get: a C-level loop
-            return list(map(dict.get, recs, repeat(name), repeat(default)))
-        if self._kind == "attr":
-            return [getattr(r, name, default) for r in recs]
-        return _getter(recs)(name, default)
+        return _getter(self._records, self._kind)(name, default)
 
     def to_input_order(self, values: np.ndarray) -> np.ndarray:
         """Scatter canonical-order values back to the caller's record order."""

@@ -187,6 +187,15 @@ def text_gram(text_ids: np.ndarray, texts: list[str], n: int = 3, dim: int = 102
     return gram
 
 
+def _to_cosine(G: np.ndarray) -> np.ndarray:
+    """Scale a Gram of raw vectors, in place, into the Gram of their unit vectors (a zero
+    vector's row and column stay zero)."""
+    d = np.sqrt(np.diagonal(G))
+    s = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)
+    G *= s[:, None] * s[None, :]
+    return G
+
+
 def bag_gram(pieces: np.ndarray, texts: list[str], n: int = 3, dim: int = 1024) -> GramFn:
     """Gram of texts assembled from pieces: record r's vector is the sum of the unit HashNgram
     vectors of ``texts[pieces[r, c]]`` over its pieces (-1 = none), L2-normalized.
@@ -205,17 +214,10 @@ def bag_gram(pieces: np.ndarray, texts: list[str], n: int = 3, dim: int = 1024) 
         r, c = np.nonzero(P >= 0)
         u, inv = np.unique(P[r, c], return_inverse=True)
         C = H.dense(u, normalize=False)
-        K = C @ C.T  # raw n-gram overlaps; unit piece vectors = K scaled by its diagonal
-        k = np.sqrt(np.diagonal(K))
-        k = np.divide(1.0, k, out=np.zeros_like(k), where=k > 0)
-        K *= k[:, None] * k[None, :]
+        K = _to_cosine(C @ C.T)  # the unit piece vectors' Gram, from raw n-gram overlaps
         M = np.bincount(r * len(u) + inv, minlength=len(pos) * len(u)).astype(np.float32)
         M = M.reshape(len(pos), len(u))
-        G = (M @ K) @ M.T
-        d = np.sqrt(np.diagonal(G))
-        s = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)
-        G *= s[:, None] * s[None, :]
-        return G
+        return _to_cosine((M @ K) @ M.T)
 
     return gram
 
@@ -337,10 +339,20 @@ def auto_eps(
     At most ``probes`` probe values; returns the first eps whose median lands in the target
     range, else the last probe.
     """
+    # every probe clusters the same groups: compute each group's Gram once (the Grams of a
+    # batch are held in memory meanwhile: sum of squared group sizes, float32)
+    memo: dict[tuple[int, int], np.ndarray] = {}
+
+    def cached(pos: np.ndarray) -> np.ndarray:
+        key = (int(pos[0]), len(pos))
+        if key not in memo:
+            memo[key] = gram(pos)
+        return memo[key]
+
     eps, labels = lo, None
     for _ in range(probes):
         eps = 0.5 * (lo + hi)
-        labels = greedy_cosine_partition(batch, gram, eps)
+        labels = greedy_cosine_partition(batch, cached, eps)
         med = float(np.median(np.bincount(labels))) if len(labels) else 0.0
         if target[0] <= med <= target[1]:
             break

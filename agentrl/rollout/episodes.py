@@ -22,12 +22,14 @@ episode failed + truncated with ``error`` set. Nothing here raises on model outp
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.actions import parse_action
+from agentrl.recipe_file import first_line
 from agentrl.records import StepRecord
 
 CONTEXT_MODES = ("window", "trajectory")
@@ -82,13 +84,13 @@ class Episode:
     """[start, end) of each step's model tokens inside ``traj_completion_ids``."""
 
 
-def _chat_text(tokenizer, user_text: str) -> str:
+def chat_text(tokenizer, user_text: str) -> str:
     return tokenizer.apply_chat_template(
         [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
     )
 
 
-def _encode(tokenizer, text: str) -> list[int]:
+def encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -133,17 +135,38 @@ def turn_message(env, obs: str, info: dict[str, Any], step: int) -> str:
     return "\n".join(lines)
 
 
-def _takes_history_length(fn) -> bool:
+def probe_task(env_id: str, env_kwargs: dict[str, Any] | None, seed: int | None,
+               options: dict[str, Any]) -> None:
+    """Make the env and reset it once: bad env kwargs or reset options (split, families) raise a
+    one-line ValueError here, instead of turning every episode of a run into an env error."""
+    import gymnasium as gym
+
     try:
-        params = inspect.signature(fn).parameters.values()
+        env = gym.make(env_id, **(env_kwargs or {}))
+    except Exception as e:
+        raise ValueError(f"cannot make {env_id} with env_kwargs {env_kwargs}: {first_line(e)}") from None
+    try:
+        env.reset(seed=seed, options=options)
+    except Exception as e:
+        raise ValueError(f"cannot reset {env_id} with task options {options}: {first_line(e)}") from None
+    finally:
+        env.close()
+
+
+@functools.cache
+def _takes_history_length(env_cls: type) -> bool:
+    """Whether ``env_cls.prompt`` accepts ``history_length`` (once per class: it is asked on
+    every turn of every episode)."""
+    try:
+        params = inspect.signature(env_cls.prompt).parameters.values()
     except (TypeError, ValueError):
         return False
     return any(p.name == "history_length" or p.kind is p.VAR_KEYWORD for p in params)
 
 
-def _user_prompt(env, obs, info, history, step, h) -> str:
+def user_prompt(env, obs, info, history, step, h) -> str:
     recent = history[-h:] if h > 0 else []
-    if _takes_history_length(env.prompt):
+    if _takes_history_length(type(env)):
         return env.prompt(obs, info, recent, step, history_length=h)
     return env.prompt(obs, info, recent, step)  # an env with only the contract's four arguments
 
@@ -256,8 +279,8 @@ def run_episodes(
         u = slot.env.unwrapped
         if context_mode == "window":
             for h in range(max(history_length, 0), -1, -1):
-                text = _chat_text(tokenizer, _user_prompt(u, slot.obs, slot.info, slot.history, slot.t, h)) + prefill
-                ids = _encode(tokenizer, text)
+                text = chat_text(tokenizer, user_prompt(u, slot.obs, slot.info, slot.history, slot.t, h)) + prefill
+                ids = encode(tokenizer, text)
                 if len(ids) <= max_prompt_tokens:
                     return ids
                 if slot.t == 0 or not slot.history:
@@ -265,8 +288,8 @@ def run_episodes(
             return None
         ep = slot.ep
         if slot.t == 0:
-            text = _chat_text(tokenizer, _user_prompt(u, slot.obs, slot.info, [], 0, 0)) + prefill
-            ep.traj_prompt_ids = _encode(tokenizer, text)
+            text = chat_text(tokenizer, user_prompt(u, slot.obs, slot.info, [], 0, 0)) + prefill
+            ep.traj_prompt_ids = encode(tokenizer, text)
         ids = ep.traj_prompt_ids + ep.traj_completion_ids
         return ids if len(ids) <= max_prompt_tokens else None
 
@@ -299,7 +322,7 @@ def run_episodes(
             break
         prompts = [s.pending_prompt for s in active]
         if dummy_prompt is None:
-            dummy_prompt = prompts[0] if prompts else _encode(tokenizer, _chat_text(tokenizer, "") + prefill)
+            dummy_prompt = prompts[0] if prompts else encode(tokenizer, chat_text(tokenizer, "") + prefill)
         n_real = len(prompts)
         if pad_batch:
             prompts = prompts + [dummy_prompt] * (len(tasks) - n_real)
@@ -371,7 +394,7 @@ def _apply_turn(s: _Slot, comp: list[int], fp, tokenizer, prefill, context_mode,
             _end(s, truncated=True, error=f"turn prompt: {type(e).__name__}: {e}")
             return
         text = tmpl.env_text(message, ended_eos, prefill)
-        env_ids = _encode(tokenizer, text)
+        env_ids = encode(tokenizer, text)
         ep.traj_completion_ids.extend(env_ids)
         ep.env_mask.extend([0] * len(env_ids))
 
@@ -389,9 +412,3 @@ def decode_response(tokenizer, ids: list[int]) -> str:
 def episodes_to_records(episodes: Sequence[Episode]) -> list[StepRecord]:
     """All step records of ``episodes`` in order (episode by episode, t ascending)."""
     return [r for ep in episodes for r in ep.steps]
-
-
-# Public names for the prompt builders (agentrl.sft builds SFT prompts exactly as RL does).
-chat_text = _chat_text
-encode = _encode
-user_prompt = _user_prompt

@@ -111,16 +111,10 @@ def truncated_forward_fingerprints(model, prompt_ids: list[list[int]], layer: in
         box["h"] = hs[:, -1, :].detach().float().cpu()
         raise _Stop
 
-    dev = next(model.parameters()).device
-    width = max(len(p) for p in prompt_ids)
-    ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
-    att = torch.zeros_like(ids)
-    for i, p in enumerate(prompt_ids):
-        ids[i, width - len(p):] = torch.tensor(p)
-        att[i, width - len(p):] = 1
+    ids, att = left_pad(prompt_ids, pad_id, next(model.parameters()).device)
     h = cap.layer_module.register_forward_hook(hook)
     try:
-        model(input_ids=ids.to(dev), attention_mask=att.to(dev), use_cache=False)
+        model(input_ids=ids, attention_mask=att, use_cache=False)
     except _Stop:
         pass
     finally:
@@ -128,7 +122,9 @@ def truncated_forward_fingerprints(model, prompt_ids: list[list[int]], layer: in
     return box["h"].tolist()
 
 
-def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) of ``prompts`` left-padded to one width: every row's last
+    prompt token sits in the last column (where generation and fingerprints read it)."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     att = torch.zeros_like(ids)
@@ -162,7 +158,7 @@ def hf_generate_fn(model, tokenizer, max_new_tokens: int = 32, temperature: floa
 
     def generate(prompts: list[list[int]]):
         device = next(model.parameters()).device
-        ids, att = _left_pad(prompts, pad_id, device)
+        ids, att = left_pad(prompts, pad_id, device)
         kw = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, pad_token_id=pad_id,
                   eos_token_id=sorted(eos_ids) or None)
         if do_sample:

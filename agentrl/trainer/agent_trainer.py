@@ -77,7 +77,8 @@ class RolloutHooks:
     The trainer calls ``before_rollout`` with this rank's tasks and ``after_rollout`` with this
     rank's episodes; what ``after_rollout`` returns is the batch, so to add episodes return
     ``episodes + extra`` (they get credit and rows like the others; give extra episodes traj_ids
-    of their own, as ``trainer.rollout`` numbers from the tasks it is given). Inside hooks, use the trainer's collective-safe helpers:
+    of their own, as ``trainer.rollout`` numbers from the tasks it is given). Inside hooks, use
+    the trainer's collective-safe helpers:
 
     * ``trainer.rollout(tasks, **overrides)``: more episodes (e.g. CCPO counterfactual *solo*
       rollouts with a changed context: other ``env_kwargs``, options, ``history_length``);

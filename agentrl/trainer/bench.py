@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     # under vLLM, both in chunks of --rollouts prompts.
     import time
 
-    from agentrl.rollout.generation import truncated_forward_fingerprints
+    from agentrl.rollout.generation import left_pad, truncated_forward_fingerprints
 
     prompts = [p for ep in tr.last_rollout["episodes"] for p in ep.prompt_ids]
     m = tr.accelerator.unwrap_model(tr.model)
@@ -80,10 +80,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     with torch.no_grad():
         for c in chunks:
-            w = max(map(len, c))
-            ids = torch.tensor([[pad_id] * (w - len(p)) + p for p in c], device=tr.accelerator.device)
-            att = (torch.arange(w)[None, :] >= torch.tensor([w - len(p) for p in c])[:, None]).long()
-            m(input_ids=ids, attention_mask=att.to(ids.device), output_hidden_states=True)
+            ids, att = left_pad(c, pad_id, tr.accelerator.device)
+            m(input_ids=ids, attention_mask=att, output_hidden_states=True)
     full_s = time.perf_counter() - t0
     step = mean("step_time")
     fp = mean("time/fingerprint_s") or 0.0
