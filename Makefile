@@ -62,7 +62,7 @@ test-fast: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests -m "not slow"
 
 lint: setup
-	$(BIN)/ruff check agentrl envs tests
+	$(BIN)/ruff check agentrl tests
 
 bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.bench credit --records 100000 --repeats 7

@@ -153,7 +153,7 @@ def bench_envs(env_ids: list[str], episodes: int) -> list[dict[str, Any]]:
     """Expert-driven latency rows, one per env (see the module docstring)."""
     import gymnasium as gym
 
-    import envs  # noqa: F401 - registers the agentrl/* ids
+    import agentrl.envs  # noqa: F401 - registers the agentrl/* ids
     from agentrl.actions import format_action
 
     rows = []
@@ -194,7 +194,7 @@ def bench_envs(env_ids: list[str], episodes: int) -> list[dict[str, Any]]:
 
 
 def _main_envs(args: argparse.Namespace) -> int:
-    import envs
+    from agentrl import envs
 
     ids = [s.strip() for s in args.envs.split(",")] if args.envs else list(envs.ENV_SPECS)
     bad = [i for i in ids if i not in envs.ENV_SPECS]

@@ -199,7 +199,7 @@ def _unknown_key_error(key: str, where: str) -> RecipeError:
 def _import_env_modules(modules) -> None:
     import importlib
 
-    import envs  # noqa: F401  (registers agentrl/* ids)
+    import agentrl.envs  # noqa: F401  (registers agentrl/* ids)
 
     for m in modules or []:
         try:

@@ -170,7 +170,7 @@ def evaluate(
     """Evaluate a checkpoint; ``temperature=0`` is greedy decoding."""
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers agentrl/* ids)
+    import agentrl.envs  # noqa: F401  (registers agentrl/* ids)
     from agentrl.rollout import hf_generate_fn, run_episodes
     from agentrl.rollout.episodes import probe_task
 

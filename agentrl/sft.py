@@ -64,7 +64,7 @@ def make_env(env_id: str, env_kwargs: dict | None = None):
     """gymnasium.make with a one-line error naming the registered agentrl env ids."""
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers the agentrl/* ids)
+    import agentrl.envs  # noqa: F401  (registers the agentrl/* ids)
 
     if env_id not in gym.registry:
         valid = ", ".join(sorted(k for k in gym.registry if k.startswith("agentrl/")))

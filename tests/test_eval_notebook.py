@@ -46,7 +46,7 @@ def tiny_run(tmp_path_factory):
     """Two real GRPO steps on TextCraft with a tiny model built from TextCraft text."""
     import gymnasium as gym
 
-    import envs  # noqa: F401
+    import agentrl.envs  # noqa: F401
     from agentrl.models import build_tiny_model
 
     root = tmp_path_factory.mktemp("run")

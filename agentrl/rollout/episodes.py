@@ -247,7 +247,7 @@ def run_episodes(
     """
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers agentrl/* ids)
+    import agentrl.envs  # noqa: F401  (registers agentrl/* ids)
 
     if context_mode not in CONTEXT_MODES:
         raise ValueError(f"context_mode must be one of {CONTEXT_MODES}, got {context_mode!r}")

@@ -25,12 +25,12 @@ if importlib.util.find_spec("alfworld") is None or importlib.util.find_spec("tex
 import gymnasium as gym  # noqa: E402
 from gymnasium.utils.env_checker import check_env  # noqa: E402
 
-import envs  # noqa: E402,F401  (registers agentrl/*)
+import agentrl.envs  # noqa: E402,F401  (registers agentrl/*)
 from agentrl.actions import format_action  # noqa: E402
-from envs.alfworld import generate as gen  # noqa: E402
-from envs.alfworld.env import NOTHING_HAPPENS, ALFWorldEnv, normalize_command  # noqa: E402
-from envs.alfworld.games import cache_base, ensure_generated, resolve_game_root  # noqa: E402
-from envs.base import MALFORMED_MESSAGE  # noqa: E402
+from agentrl.envs.alfworld import generate as gen  # noqa: E402
+from agentrl.envs.alfworld.env import NOTHING_HAPPENS, ALFWorldEnv, normalize_command  # noqa: E402
+from agentrl.envs.alfworld.games import cache_base, ensure_generated, resolve_game_root  # noqa: E402
+from agentrl.envs.base import MALFORMED_MESSAGE  # noqa: E402
 
 FAMILY_NAMES = ["pick", "look", "clean", "heat", "cool", "pick2"]
 
@@ -160,8 +160,8 @@ def test_expert_wins_every_family(env, family):
 
 
 def test_planner_subproblem_keeps_goal_objects_only(env):
-    from envs.alfworld.engine import pddl_env
-    from envs.alfworld.planner import reduced_problem
+    from agentrl.envs.alfworld.engine import pddl_env
+    from agentrl.envs.alfworld.planner import reduced_problem
 
     obs, info = env.reset(seed=0, options={"split": "train", "families": ["pick2"]})
     with open(os.path.join(os.path.dirname(info["game_file"]), "traj_data.json")) as f:
@@ -283,7 +283,7 @@ def test_game_resolution(game_root, tmp_path, monkeypatch):
     assert resolve_game_root() == game_root
     monkeypatch.delenv("AGENTRL_ALFWORLD_DIR")
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))           # empty cache, no generation
-    with pytest.raises(FileNotFoundError, match="python -m envs.alfworld.generate"):
+    with pytest.raises(FileNotFoundError, match="python -m agentrl.envs.alfworld.generate"):
         resolve_game_root(auto_generate=False)
 
 

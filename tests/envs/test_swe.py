@@ -20,12 +20,12 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401 - registers agentrl/SWE-v0
+import agentrl.envs  # noqa: F401 - registers agentrl/SWE-v0
 from agentrl.actions import format_action
-from envs.swe import SWEEnv, families, load_tasks, sandbox
-from envs.swe import signatures as S
-from envs.swe.env import MAX_DEPTH, _parse_result, _rmtree, _scan
-from envs.swe.sandbox import sandbox_problem
+from agentrl.envs.swe import SWEEnv, families, load_tasks, sandbox
+from agentrl.envs.swe import signatures as S
+from agentrl.envs.swe.env import MAX_DEPTH, _parse_result, _rmtree, _scan
+from agentrl.envs.swe.sandbox import sandbox_problem
 
 PROBLEM = sandbox_problem()
 bwrap = [pytest.mark.bwrap, pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox: {PROBLEM}")]

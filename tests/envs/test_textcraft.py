@@ -10,10 +10,10 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers agentrl/*)
+import agentrl.envs  # noqa: F401  (registers agentrl/*)
 from agentrl.actions import format_action
-from envs.base import MALFORMED_MESSAGE
-from envs.textcraft import FAMILIES, TextCraftEnv, goal_pool, recipes
+from agentrl.envs.base import MALFORMED_MESSAGE
+from agentrl.envs.textcraft import FAMILIES, TextCraftEnv, goal_pool, recipes
 
 
 @pytest.fixture(scope="module")

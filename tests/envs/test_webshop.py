@@ -9,11 +9,11 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers agentrl/*)
+import agentrl.envs  # noqa: F401  (registers agentrl/*)
 from agentrl.actions import format_action
-from envs.base import MALFORMED_MESSAGE
-from envs.webshop import WebShopEnv
-from envs.webshop.catalog import Goal, Product, get_catalog, reward, type_reward
+from agentrl.envs.base import MALFORMED_MESSAGE
+from agentrl.envs.webshop import WebShopEnv
+from agentrl.envs.webshop.catalog import Goal, Product, get_catalog, reward, type_reward
 
 CATEGORIES = ["electronics", "fashion", "food", "furniture", "makeup"]  # WebShop's five
 

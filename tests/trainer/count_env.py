@@ -15,7 +15,7 @@ from typing import Any
 
 from gymnasium.envs.registration import register, registry
 
-from envs.base import TextEnv
+from agentrl.envs.base import TextEnv
 
 ENV_ID = "agentrl-test/Count-v0"
 

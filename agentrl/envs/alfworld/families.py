@@ -12,4 +12,4 @@ FAMILIES = {
 TASK_TYPE_TO_FAMILY = {v: k for k, v in FAMILIES.items()}
 SPLITS = ("train", "valid_seen", "valid_unseen")
 GENERATOR_VERSION = 1
-"""Version of envs.alfworld.generate's sampler: part of the default cache path."""
+"""Version of agentrl.envs.alfworld.generate's sampler: part of the default cache path."""

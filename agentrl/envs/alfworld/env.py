@@ -1,18 +1,18 @@
 """ALFWorld (text) behind agentrl's TextEnv contract.
 
-Engine: the real ``alfworld`` stack as ``AlfredTWEnv`` builds it (:mod:`envs.alfworld.engine`):
+Engine: the real ``alfworld`` stack as ``AlfredTWEnv`` builds it (:mod:`agentrl.envs.alfworld.engine`):
 TextWorld's ``PddlEnv`` (``alfred.pddl`` + ``alfred.twl2``) behind ``AlfredDemangler`` and
 ``AlfredInfos`` (plus ``AlfredExpert`` for the handcoded expert).
 
-Games (:mod:`envs.alfworld.games`): the official ``$ALFWORLD_DATA/json_2.1.1`` games when
+Games (:mod:`agentrl.envs.alfworld.games`): the official ``$ALFWORLD_DATA/json_2.1.1`` games when
 present, else ``$AGENTRL_ALFWORLD_DIR`` / ``data_dir``, else an offline generated set that is
-built on first use (:mod:`envs.alfworld.generate`).
+built on first use (:mod:`agentrl.envs.alfworld.generate`).
 
 Expert (``expert_type``):
 
 * ``"planner"`` (default): Fast Downward through TextWorld (the planner of
   ``AlfredExpert(expert_type="planner")``), run on the task-relevant sub-problem
-  (:mod:`envs.alfworld.planner`; the whole-game search took up to 90+ s). The plan is cached
+  (:mod:`agentrl.envs.alfworld.planner`; the whole-game search took up to 90+ s). The plan is cached
   and followed: it is kept while the agent executes its next command, takes an invalid
   action or an action that changes no dynamic fact (look, examine, inventory), and is
   recomputed only after a deviation. At reset a generated game's stored walkthrough (the
@@ -30,9 +30,9 @@ import os
 import random
 import re
 
-from envs.alfworld.engine import TranslationCache, dynamic_facts, make_tw_env, pddl_env
-from envs.alfworld.games import canonical_families, canonical_split, list_games, resolve_game_root
-from envs.base import TextEnv
+from agentrl.envs.alfworld.engine import TranslationCache, dynamic_facts, make_tw_env, pddl_env
+from agentrl.envs.alfworld.games import canonical_families, canonical_split, list_games, resolve_game_root
+from agentrl.envs.base import TextEnv
 
 NOTHING_HAPPENS = "Nothing happens."
 _TASK_RE = re.compile(r"Your task is to:\s*(.*?)\s*$", re.DOTALL)
@@ -75,7 +75,7 @@ class ALFWorldEnv(TextEnv):
                  history_length: int = 2, render_mode: str | None = None):
         """
         Args:
-            data_dir: game tree (official ``json_2.1.1`` or ``python -m envs.alfworld.generate``
+            data_dir: game tree (official ``json_2.1.1`` or ``python -m agentrl.envs.alfworld.generate``
                 output). None: ``$ALFWORLD_DATA/json_2.1.1`` if it holds games, else
                 ``$AGENTRL_ALFWORLD_DIR``, else the generated default set in
                 ``~/.cache/agentrl/alfworld`` (base: ``$AGENTRL_CACHE``).
@@ -144,7 +144,7 @@ class ALFWorldEnv(TextEnv):
                     self._game_data = json.load(f)
             state = self._tw.reset()
         if family is None:
-            from envs.alfworld.families import TASK_TYPE_TO_FAMILY
+            from agentrl.envs.alfworld.families import TASK_TYPE_TO_FAMILY
 
             with open(os.path.join(os.path.dirname(game_file), "traj_data.json")) as f:
                 family = TASK_TYPE_TO_FAMILY.get(json.load(f)["task_type"], "unknown")
@@ -188,7 +188,7 @@ class ALFWorldEnv(TextEnv):
             return plan[0] if plan else None
         if not self._plan or self._plan[0] not in self._state["admissible_commands"]:
             if self._planner is None:
-                from envs.alfworld.planner import SubproblemPlanner
+                from agentrl.envs.alfworld.planner import SubproblemPlanner
 
                 self._planner = SubproblemPlanner()
             self._plan = self._planner.plan(pddl_env(self._tw))

@@ -40,7 +40,7 @@ from functools import lru_cache
 from typing import Any
 
 from agentrl.actions import parse_action
-from envs.base import TextEnv, clip, parse_reset_options
+from agentrl.envs.base import TextEnv, clip, parse_reset_options
 
 FAMILIES = ("depth2", "depth3", "depth4")
 SPLITS = ("train", "valid")

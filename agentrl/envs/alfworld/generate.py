@@ -18,7 +18,7 @@ Every game is then checked the way ALFWorld plays it: loaded in TextWorld's ``Pd
 ``AlfredDemangler``/``AlfredInfos``, Fast Downward (TextWorld's planner, the one behind
 ``AlfredExpert(expert_type="planner")``) plans from the initial state, and the plan is
 *executed*: every command must be admissible and the game must end ``won``. Only such games
-are kept. The planner runs on the task-relevant sub-problem (:mod:`envs.alfworld.planner`):
+are kept. The planner runs on the task-relevant sub-problem (:mod:`agentrl.envs.alfworld.planner`):
 on the whole kitchen problem its search took up to 90+ s per game here.
 
 Pitfalls handled (see FINDINGS.md): ``openable.json`` lacks some receptacles (StoveBurner,
@@ -42,7 +42,7 @@ derived from (seed, split, family, slot, attempt), so ``--workers`` does not cha
 
 Usage::
 
-    python -m envs.alfworld.generate --out DIR --per-family 4 --valid-per-family 2 --seed 0
+    python -m agentrl.envs.alfworld.generate --out DIR --per-family 4 --valid-per-family 2 --seed 0
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.alfworld.families import FAMILIES, GENERATOR_VERSION, SPLITS, TASK_TYPE_TO_FAMILY
+from agentrl.envs.alfworld.families import FAMILIES, GENERATOR_VERSION, SPLITS, TASK_TYPE_TO_FAMILY
 
 __all__ = ["FAMILIES", "GENERATOR_VERSION", "SPLITS", "TASK_TYPE_TO_FAMILY", "generate_game_set",
            "load_scene", "sample_spec", "build_problem", "write_and_verify", "coverage", "main"]
@@ -430,8 +430,8 @@ def _engine():
     """One TextWorld env + planner per process: each holds a copy of libdownward."""
     global _ENGINE
     if _ENGINE is None:
-        from envs.alfworld.engine import make_tw_env
-        from envs.alfworld.planner import SubproblemPlanner
+        from agentrl.envs.alfworld.engine import make_tw_env
+        from agentrl.envs.alfworld.planner import SubproblemPlanner
 
         _ENGINE = (make_tw_env(), SubproblemPlanner())
     return _ENGINE
@@ -473,7 +473,7 @@ def write_and_verify(spec: GameSpec, out_root: str, max_plan_steps: int = 60) ->
 
     walkthrough, error = None, None
     try:
-        from envs.alfworld.engine import TranslationCache, pddl_env
+        from agentrl.envs.alfworld.engine import TranslationCache, pddl_env
 
         env, planner = _engine()
         with TranslationCache():          # load() and reset() translate the same problem
@@ -626,7 +626,7 @@ def generate_game_set(out: str, per_family: int = 4, valid_per_family: int | Non
 
     rows.sort(key=lambda r: (SPLITS.index(r["split"]), list(FAMILIES).index(r["family"]), r["slot"]))
     manifest = {
-        "generator": "envs.alfworld.generate", "generator_version": GENERATOR_VERSION,
+        "generator": "agentrl.envs.alfworld.generate", "generator_version": GENERATOR_VERSION,
         "seed": seed, "per_family": per_family, "valid_per_family": valid_per_family,
         "families": families, "splits": order,
         "games": [{k: r[k] for k in ("split", "family", "task_type", "floor_plan", "scene_kind",
@@ -659,7 +659,7 @@ def coverage(manifest: dict[str, Any]) -> dict[str, dict[str, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m envs.alfworld.generate", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m agentrl.envs.alfworld.generate", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output directory (new or empty)")
     ap.add_argument("--per-family", type=int, default=4, help="train games per task family")
     ap.add_argument("--valid-per-family", type=int, default=None,

@@ -15,8 +15,8 @@ import os
 import re
 from typing import Any
 
-from envs.base import TextEnv, clip, parse_reset_options
-from envs.webshop.catalog import Catalog, Goal, get_catalog, reward
+from agentrl.envs.base import TextEnv, clip, parse_reset_options
+from agentrl.envs.webshop.catalog import Catalog, Goal, get_catalog, reward
 
 SEP = " [SEP] "
 PER_PAGE = 10

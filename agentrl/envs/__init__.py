@@ -6,14 +6,14 @@ Entry points are strings so that importing ``envs`` never imports an env's heavy
 
 from gymnasium.envs.registration import register, registry
 
-from envs.base import TextEnv
+from agentrl.envs.base import TextEnv
 
 ENV_SPECS = {
     # id: (entry point, max_episode_steps)  -- step limits as in the papers (ALFWorld 50, WebShop 15)
-    "agentrl/ALFWorld-v0": ("envs.alfworld:ALFWorldEnv", 50),
-    "agentrl/TextCraft-v0": ("envs.textcraft:TextCraftEnv", 30),
-    "agentrl/WebShop-v0": ("envs.webshop:WebShopEnv", 15),
-    "agentrl/SWE-v0": ("envs.swe:SWEEnv", 30),
+    "agentrl/ALFWorld-v0": ("agentrl.envs.alfworld:ALFWorldEnv", 50),
+    "agentrl/TextCraft-v0": ("agentrl.envs.textcraft:TextCraftEnv", 30),
+    "agentrl/WebShop-v0": ("agentrl.envs.webshop:WebShopEnv", 15),
+    "agentrl/SWE-v0": ("agentrl.envs.swe:SWEEnv", 30),
 }
 
 for _id, (_entry, _steps) in ENV_SPECS.items():

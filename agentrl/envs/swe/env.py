@@ -13,7 +13,7 @@ Actions are JSON tool calls inside ``<action>...</action>``::
 
 Paths are relative to the repository or absolute under ``/testbed``. The file tools and search run
 on the host over the workspace (symlinks resolved; anything outside it is refused); ``bash`` runs
-in a bubblewrap jail (``envs.swe.sandbox``) as an unprivileged uid with no network and limits on
+in a bubblewrap jail (``agentrl.envs.swe.sandbox``) as an unprivileged uid with no network and limits on
 memory, CPU, processes, file size and wall time. ``pytest`` inside the jail is our own
 pytest-compatible runner (``envs/swe/runtime/pytest_shim.py``): Debian's /usr/bin/python3 has no
 pytest and the jail cannot see the project venv.
@@ -26,7 +26,7 @@ missing or ill-typed arguments and paths outside the workspace are rejected (err
 fail on the current files (old_str not found, file missing, line out of range) return the error
 as the observation without a penalty, as in SWE-agent. ``info`` carries RTMC ``state_sig`` (the
 state *after* the step, in which the next action is taken; reset gives s_0) and ``action_sig``
-(the action just executed); see ``envs.swe.signatures``.
+(the action just executed); see ``agentrl.envs.swe.signatures``.
 
 Known limits of the isolation: memory is capped per process (RLIMIT_AS), not per jail (no
 cgroup); nothing caps the disk while a command runs (files are capped at 16 MiB each, and the
@@ -53,10 +53,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.base import TextEnv, clip
-from envs.swe import signatures as S
-from envs.swe.sandbox import JAIL_PYTHON, RUNTIME_MOUNT, WORKDIR, Limits, Sandbox
-from envs.swe.tasks import SPLITS, Task, families, load_tasks
+from agentrl.envs.base import TextEnv, clip
+from agentrl.envs.swe import signatures as S
+from agentrl.envs.swe.sandbox import JAIL_PYTHON, RUNTIME_MOUNT, WORKDIR, Limits, Sandbox
+from agentrl.envs.swe.tasks import SPLITS, Task, families, load_tasks
 
 DEFAULT_MAX_STEPS = 30
 FIXED_MTIME = 1_700_000_000  # repo files get a fixed mtime: `ls -l` output is reproducible

@@ -6,7 +6,7 @@ Resolution order of :func:`resolve_game_root` (``data_dir=None``):
 2. ``$AGENTRL_ALFWORLD_DIR`` (a generated or official game tree);
 3. the generated default set ``~/.cache/agentrl/alfworld/default-v<version>-seed<seed>``
    (base overridable with ``$AGENTRL_CACHE``), built on first use with
-   :func:`envs.alfworld.generate.generate_game_set` under a file lock so that parallel env
+   :func:`agentrl.envs.alfworld.generate.generate_game_set` under a file lock so that parallel env
    processes build it once.
 """
 
@@ -18,7 +18,7 @@ import os
 import sys
 from functools import lru_cache
 
-from envs.alfworld.families import FAMILIES, GENERATOR_VERSION, SPLITS, TASK_TYPE_TO_FAMILY
+from agentrl.envs.alfworld.families import FAMILIES, GENERATOR_VERSION, SPLITS, TASK_TYPE_TO_FAMILY
 
 SPLIT_ALIASES = {"valid": "valid_seen", "eval_in_distribution": "valid_seen",
                  "eval_out_of_distribution": "valid_unseen"}
@@ -79,7 +79,7 @@ def ensure_generated(root: str, per_family: int = DEFAULT_PER_FAMILY,
 
     ``workers`` defaults to min(4, CPU count) processes for the planner check.
     """
-    from envs.alfworld.generate import generate_game_set
+    from agentrl.envs.alfworld.generate import generate_game_set
 
     if workers is None:
         workers = max(1, min(4, os.cpu_count() or 1))
@@ -118,7 +118,7 @@ def resolve_game_root(data_dir: str | None = None, auto_generate: bool = True) -
         return root
     if not auto_generate:
         raise FileNotFoundError(
-            f"no ALFWorld games at {root}; build them with `python -m envs.alfworld.generate "
+            f"no ALFWorld games at {root}; build them with `python -m agentrl.envs.alfworld.generate "
             f"--out {root}` or pass auto_generate=True")
     return ensure_generated(root)
 
