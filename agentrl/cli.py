@@ -20,6 +20,7 @@ COMMANDS = {
     "credit": ("agentrl.credit.compare", "credit tools: agentrl credit compare ROLLOUTS.jsonl"),
     "sft": ("agentrl.sft", "supervised warm start on an env's expert trajectories"),
     "demo": ("agentrl.demo", "the CPU demo: SFT warm start, RL, held-out evaluation"),
+    "arena": ("agentrl.arena", "race credit modules from one warm start over seeds: held-out curves, paired stats"),
     "bench": ("agentrl.bench", "benchmarks: agentrl bench credit --records N --json"),
 }
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,40 +52,14 @@ def log(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def evaluate_held_out(model_dir: str | Path, episodes: int, max_turns: int, seed: int = 0) -> dict[str, float]:
-    """Greedy rollouts on the first ``episodes`` valid-split goals through agentrl.rollout."""
-    import torch
-
-    from agentrl.eval import load_policy, summarize
-    from agentrl.rollout import hf_generate_fn, run_episodes
-
-    torch.manual_seed(seed)
-    model, tok = load_policy(str(model_dir))
-    gen = hf_generate_fn(model, tok, max_new_tokens=32, do_sample=False)
-    tasks = [{"seed": s, "options": {"split": "valid", "families": FAMILIES}, "group_id": f"eval-{s}"}
-             for s in range(episodes)]
-    eps = run_episodes(ENV_ID, tasks, gen, tok, env_kwargs=ENV_KWARGS, history_length=1, max_turns=max_turns)
-    res = summarize(eps, str(model_dir), ENV_ID, "valid", {}).all
-    wins = {e.group_id: bool(e.won) for e in eps}
-    return {"success": res["success"], "success_se": res["success_se"], "episodes": res["episodes"],
-            "invalid_rate": res["invalid_rate"], "mean_length": res["mean_length"],
-            "wins": [wins[t["group_id"]] for t in tasks]}
-
-
 def paired_gain(before: list[bool], after: list[bool]) -> tuple[float, float]:
-    """Gain in points and its paired standard error over the same goals.
+    """Gain in points over the same goals and its paired standard error (see agentrl.heldout)."""
+    from agentrl.heldout import paired_difference
 
-    With d_i = after_i - before_i in {-1, 0, 1}, the s.e. of mean(d) is std(d) / sqrt(n); the
-    shared goals cancel out of the variance, which the unpaired s.e. ignores.
-    """
-    n = len(before)
-    d = [int(a) - int(b) for a, b in zip(after, before, strict=True)]
-    mean = sum(d) / n
-    var = sum((x - mean) ** 2 for x in d) / max(n - 1, 1)
-    return 100 * mean, 100 * math.sqrt(var / n)
+    return paired_difference(before, after)
 
 
-def build_base(design: dict, out: Path, corpus: list[str]) -> str:
+def build_base(design: dict, out: Path, corpus: list[str], seed: int) -> str:
     if design is DESIGNS["smollm2"]:
         from agentrl.models import resolve_model
 
@@ -94,143 +68,204 @@ def build_base(design: dict, out: Path, corpus: list[str]) -> str:
 
     return str(build_tiny_model(out / "base", texts=corpus, vocab_size=design["vocab_size"],
                                 hidden_size=design["hidden_size"], num_layers=design["num_layers"],
-                                num_heads=4, num_kv_heads=2, seed=0))
+                                num_heads=4, num_kv_heads=2, seed=seed))
 
 
-def plot_curve(points: list[tuple[int, float, float]], train_curve: list[tuple[int, float]], path: Path,
-               n_eval: int) -> None:
+def plot_curve(points: list[tuple[int, float, float, float]], train_curve: list[tuple[int, float]], path: Path,
+               n_eval: int, seed: int) -> None:
+    """Held-out success per checkpoint (binomial s.e. bars; the gain over the warm start and its
+    paired s.e. written beside each point) and the smoothed training-rollout success."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     xs = [p[0] for p in points]
     ys = [p[1] for p in points]
     ax.errorbar(xs, ys, yerr=[p[2] for p in points], marker="o", capsize=3,
-                label=f"held-out valid success ({n_eval} episodes, greedy; bars = 1 binomial s.e.)")
+                label=f"held-out success, {n_eval} valid goals never trained on (greedy; bars: binomial s.e.)")
+    ax.axhline(ys[0], color="grey", ls="--", lw=1, label="after the SFT warm start (step 0)")
+    for x, y, _, pse in points[1:]:
+        ax.annotate(f"{y - ys[0]:+.0f}±{pse:.0f}", (x, y), textcoords="offset points", xytext=(0, 8),
+                    ha="center", fontsize=7)
     if train_curve:
         from agentrl.report import smooth
 
         # each step samples only a few training tasks: show a running mean over 5 steps
         k = 5
         ax.plot([s for s, _ in train_curve], smooth([100 * v for _, v in train_curve], k), alpha=0.5,
-                label=f"training rollouts success (sampled, mean of last {k} steps)")
+                label=f"training rollouts (sampled, temperature 1; running mean of {k} steps)")
     ax.set_xlabel("RL step (optimizer steps after the SFT warm start)")
     ax.set_ylabel("success (%)")
     ax.set_ylim(0, 100)
-    ax.set_title("agentrl demo: TextCraft depth-2, SFT warm start then RL")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"agentrl demo (seed {seed}): TextCraft depth-2; labels = gain ± paired s.e.")
+    ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def run(out: Path, design_name: str = "tiny", quick: bool = False) -> dict[str, Any]:
-    design = DESIGNS[design_name]
-    # Tiny models run far faster on 1 thread than 2 on a loaded 2-core machine, 135M ones the
-    # other way round (FINDINGS.md); the design decides, AGENTRL_DEMO_THREADS overrides.
-    threads = int(os.environ.get("AGENTRL_DEMO_THREADS", design["threads"]))
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
+@dataclass
+class DemoSettings:
+    """What one demo run does; the defaults are ``make demo``'s."""
 
-    torch.set_num_threads(threads)
+    out: Path = Path("runs/demo")
+    """Output folder (models, checkpoints, curve, summary)."""
+    design: str = "tiny"
+    """Model design (a key of DESIGNS)."""
+    seed: int = 0
+    """Seeds every random choice: model init, tokenizer-independent SFT order, RL sampling."""
+    quick: bool = False
+    """A few-minute smoke version (few steps, few episodes)."""
+    rl_steps: int | None = None
+    """RL steps (default: the design's)."""
+    warm_start: Path | None = None
+    """Reuse this SFT checkpoint instead of building and warm-starting a model."""
+
+
+def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path:
+    """Expert data of the train goals, the model, and the SFT warm start; returns its folder."""
     from agentrl import sft
-    from agentrl import train as train_mod
 
-    t_start = time.time()
-    out.mkdir(parents=True, exist_ok=True)
-    sft_steps = QUICK[f"sft_steps_{design_name}"] if quick else design["sft_steps"]
-    rl_steps = QUICK["rl_steps"] if quick else design["rl_steps"]
-    save_steps = QUICK["save_steps"] if quick else design["save_steps"]
-    n_eval = QUICK["eval_episodes"] if quick else design["eval_episodes"]
-    eval_turns = QUICK["eval_turns"] if quick else design["eval_turns"]
-    timings: dict[str, float] = {}
-
-    # 1. expert data (train goals only) and the model
     t = time.time()
     data = sft.collect_expert(ENV_ID, list(range(design["sft_episodes"])),
                               {"split": "train", "families": FAMILIES}, ENV_KWARGS, history_length=1)
-    base = build_base(design, out, data.corpus)
+    base = build_base(design, s.out, data.corpus, s.seed)
     timings["build_s"] = time.time() - t
     log(f"expert won {data.won}/{data.episodes} train episodes -> {len(data.steps)} SFT examples; model {base}")
-
-    # 2. SFT warm start (TRL SFTTrainer)
     t = time.time()
-    sft_dir = out / "sft"
-    m = sft.sft_train(base, data.steps, sft_dir, max_steps=sft_steps, learning_rate=design["sft_lr"],
-                      batch_size=design["sft_batch"], seed=0, quiet=True, logging_steps=max(sft_steps // 10, 1))
+    sft_dir = s.out / "sft"
+    steps = QUICK[f"sft_steps_{s.design}"] if s.quick else design["sft_steps"]
+    m = sft.sft_train(base, data.steps, sft_dir, max_steps=steps, learning_rate=design["sft_lr"],
+                      batch_size=design["sft_batch"], seed=s.seed, quiet=True, logging_steps=max(steps // 10, 1))
     m.pop("trainer", None)
     (sft_dir / "sft_metrics.json").write_text(json.dumps(m, indent=2))
     timings["sft_s"] = time.time() - t
     log(f"SFT: {m['train_steps']} steps in {timings['sft_s']:.0f}s, loss {m['loss_curve'][0][1]:.2f} -> "
         f"{m['loss_curve'][-1][1]:.2f}")
+    return sft_dir
+
+
+def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: int, save_steps: int) -> list[str]:
+    """``agentrl.train``'s command line for the RL phase (printed, so it can be rerun by hand)."""
+    return [str(RECIPES / design["recipe"]), "--model_name_or_path", str(sft_dir), "--output_dir", str(rl_dir),
+            "--max_steps", str(steps), "--save_steps", str(save_steps), "--seed", str(s.seed)]
+
+
+def held_out_settings(argv: list[str], n_eval: int, eval_turns: int):
+    """The recipe's own rollout settings (prompt style, history, completion length) on the valid goals."""
+    from agentrl.config import load_recipe
+    from agentrl.heldout import HeldOutSettings
+
+    cfg = load_recipe(argv[0], argv[1:])
+    hs = HeldOutSettings.from_config(cfg, split="valid", episodes=n_eval, families=FAMILIES)
+    hs.max_turns = eval_turns
+    return hs
+
+
+def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0,
+        rl_steps: int | None = None, warm: Path | None = None) -> dict[str, Any]:
+    s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm)
+    design = DESIGNS[design_name]
+    # Tiny models run far faster on 1 thread than 2 on a loaded 2-core machine, 135M ones the
+    # other way round (measured); the design decides, AGENTRL_DEMO_THREADS overrides.
+    threads = int(os.environ.get("AGENTRL_DEMO_THREADS", design["threads"]))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    from agentrl import train as train_mod
+    from agentrl.heldout import evaluate_wins
+
+    t_start = time.time()
+    s.out.mkdir(parents=True, exist_ok=True)
+    steps = s.rl_steps or (QUICK["rl_steps"] if quick else design["rl_steps"])
+    save_steps = QUICK["save_steps"] if quick else design["save_steps"]
+    n_eval = QUICK["eval_episodes"] if quick else design["eval_episodes"]
+    eval_turns = QUICK["eval_turns"] if quick else design["eval_turns"]
+    timings: dict[str, float] = {}
+
+    # 1-2. model + SFT warm start on the train goals (or a given warm start)
+    sft_dir = s.warm_start or warm_start(s, design, timings)
+    rl_dir = s.out / "rl"
+    argv = rl_argv(s, design, sft_dir, rl_dir, steps, save_steps)
+    heldout = held_out_settings(argv, n_eval, eval_turns)
 
     t = time.time()
-    before = evaluate_held_out(sft_dir, n_eval, eval_turns)
+    before = evaluate_wins(str(sft_dir), heldout)
     timings["eval_before_s"] = time.time() - t
     log(f"held-out success after SFT: {before['success']:.1f}% +- {before['success_se']:.1f} "
-        f"({before['episodes']} episodes, {timings['eval_before_s']:.0f}s)")
+        f"({before['episodes']} episodes, invalid actions {100 * before['invalid_rate']:.0f}%, "
+        f"{timings['eval_before_s']:.0f}s)")
 
-    # 3. RL from the SFT checkpoint through the recipe
+    # 3. RL from the warm start through the recipe
     t = time.time()
-    rl_dir = out / "rl"
-    argv = [str(RECIPES / design["recipe"]), "--model_name_or_path", str(sft_dir), "--output_dir", str(rl_dir),
-            "--max_steps", str(rl_steps), "--save_steps", str(save_steps)]
-    log("RL: python -m agentrl.train " + " ".join(argv[:1] + argv[1:]))
+    log("RL: python -m agentrl.train " + " ".join(argv))
     rc = train_mod.main(argv)
     if rc:
         raise RuntimeError(f"agentrl.train exited with {rc}")
     timings["rl_s"] = time.time() - t
-    log(f"RL: {rl_steps} steps in {timings['rl_s']:.0f}s ({timings['rl_s'] / rl_steps:.1f} s/step)")
+    log(f"RL: {steps} steps in {timings['rl_s']:.0f}s ({timings['rl_s'] / steps:.1f} s/step)")
 
-    # 4. held-out learning curve over the RL checkpoints, then the final model
+    # 4. held-out learning curve over the RL checkpoints (the last one is the final model)
     t = time.time()
-    points = [(0, before["success"], before["success_se"])]
-    ckpts = sorted(rl_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    for ck in ckpts:
-        step = int(ck.name.split("-")[1])
-        if step >= rl_steps:
-            continue  # the final model is evaluated below
-        r = evaluate_held_out(ck, n_eval, eval_turns)
-        points.append((step, r["success"], r["success_se"]))
-        log(f"  checkpoint {step}: held-out success {r['success']:.1f}%")
-    after = evaluate_held_out(rl_dir, n_eval, eval_turns)
-    points.append((rl_steps, after["success"], after["success_se"]))
+    points = [(0, before["success"], before["success_se"], 0.0)]
+    after = before
+    for step, ck in sorted((int(p.name.split("-")[1]), p) for p in rl_dir.glob("checkpoint-*")):
+        r = evaluate_wins(str(ck), heldout)
+        gain, se = paired_gain(before["wins"], r["wins"])
+        points.append((step, r["success"], r["success_se"], se))
+        log(f"  step {step}: held-out success {r['success']:.1f}% (gain {gain:+.1f}, paired s.e. {se:.1f}; "
+            f"invalid actions {100 * r['invalid_rate']:.0f}%)")
+        after = r
     timings["eval_curve_s"] = time.time() - t
     train_curve = []
-    state = rl_dir / f"checkpoint-{rl_steps}" / "trainer_state.json"
+    state = rl_dir / f"checkpoint-{steps}" / "trainer_state.json"
     if state.is_file():
         hist = json.loads(state.read_text()).get("log_history", [])
         train_curve = [(h["step"], h["env/success"]) for h in hist if "env/success" in h]
-    plot_curve(points, train_curve, out / "learning_curve.png", n_eval)
+    plot_curve(points, train_curve, s.out / "learning_curve.png", n_eval, seed)
     timings["total_s"] = time.time() - t_start
 
     diff, se_diff = paired_gain(before["wins"], after["wins"])
-    summary = {"design": design_name, "quick": quick, "before": before, "after": after,
-               "gain": diff, "gain_paired_se": se_diff, "curve": points, "train_curve": train_curve,
-               "sft": {k: m[k] for k in ("examples", "train_steps", "train_loss")}, "timings": timings,
-               "rl_s_per_step": timings["rl_s"] / rl_steps, "checkpoint": str(rl_dir)}
-    (out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
-    log(f"gain {diff:+.1f} points (paired s.e. {se_diff:.1f}, same {before['episodes']} goals); total {timings['total_s'] / 60:.1f} min; "
-        f"checkpoint {rl_dir}; curve {out / 'learning_curve.png'}")
+    best = max(p[1] for p in points[1:]) if len(points) > 1 else before["success"]
+    summary = {"design": design_name, "seed": seed, "quick": quick, "before": before, "after": after,
+               "gain": diff, "gain_paired_se": se_diff, "best": best, "curve": points, "train_curve": train_curve,
+               "warm_start": str(sft_dir), "heldout": heldout.to_dict(), "timings": timings,
+               "rl_s_per_step": timings["rl_s"] / steps, "checkpoint": str(rl_dir), "rl_command": argv}
+    (s.out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
+    log(f"seed {seed}: gain {diff:+.1f} points (paired s.e. {se_diff:.1f}, same {before['episodes']} goals); "
+        f"best checkpoint {best:.1f}%; total {timings['total_s'] / 60:.1f} min; checkpoint {rl_dir}; "
+        f"curve {s.out / 'learning_curve.png'}")
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="agentrl demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/demo", help="output folder (models, checkpoints, curve)")
-    p.add_argument("--quick", action="store_true", help="a 2-3 minute smoke version (few steps, few episodes)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seeds every random choice: model init, SFT order, RL sampling (default 0)")
+    p.add_argument("--quick", action="store_true", help="a few-minute smoke version (few steps, few episodes)")
     p.add_argument("--design", default="tiny", help=f"model design: {', '.join(DESIGNS)}")
+    p.add_argument("--rl-steps", type=int, default=None, help="RL steps (default: the design's)")
+    p.add_argument("--warm-start", default=None, help="reuse this SFT checkpoint (skip the model build and SFT)")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.design not in DESIGNS:
         print(f"agentrl demo: unknown --design {args.design!r}; valid: {', '.join(DESIGNS)}", file=sys.stderr)
+        return 2
+    if args.rl_steps is not None and args.rl_steps < 1:
+        print("agentrl demo: --rl-steps must be >= 1", file=sys.stderr)
+        return 2
+    warm = Path(args.warm_start) if args.warm_start else None
+    if warm is not None and not (warm / "config.json").is_file():
+        print(f"agentrl demo: --warm-start {warm} holds no model (config.json)", file=sys.stderr)
         return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    s = run(Path(args.out), args.design, args.quick)
+    s = run(Path(args.out), args.design, args.quick, args.seed, args.rl_steps, warm)
     print(f"demo: success before={s['before']['success']:.1f} after={s['after']['success']:.1f}")
     return 0
 

@@ -1,0 +1,287 @@
+"""``agentrl arena``: credit modules raced on the same task from the same warm start.
+
+    agentrl arena RECIPE --estimators grpo,gigpo,bigpo:embedder=hash_ngram --seeds 0,1,2 \
+        [--workers N] [--steps 40] [--eval-every 10] --out DIR
+
+Every (estimator, seed) run trains ``RECIPE`` from the same warm start (the recipe's
+``model_name_or_path`` or ``--warm-start``) and differs from the others only in ``credit`` /
+``credit_kwargs`` and ``seed``. Every checkpoint is evaluated greedily on the same held-out tasks
+with the settings the run was trained with (:mod:`agentrl.heldout`), so estimators are compared
+*paired* over tasks and seeds. Runs go to ``N`` worker processes (one thread each), each writes
+its own log, and the arena is resumable: a finished run is skipped, a killed one resumes from
+its last checkpoint, an evaluated checkpoint is not evaluated again.
+
+Output in ``DIR``: ``arena.md`` (one row per estimator), ``arena.json`` (every number),
+``curves.png`` (held-out success, mean and a +-1 s.e. band over seeds) and
+``steps_to_threshold.png``. The statistics are in :mod:`agentrl.arena_stats`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ArenaError(Exception):
+    """Bad arena input: one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One estimator of the race: a credit module name and its kwargs."""
+
+    label: str
+    """As given on the command line (``bigpo:embedder=hash_ngram``); names the run folder."""
+    credit: str
+    """Credit module name."""
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    """Credit kwargs, as sorted (key, value) pairs."""
+
+    @property
+    def slug(self) -> str:
+        return self.label.replace(":", "__").replace("=", "-").replace(",", "_").replace("/", "_")
+
+
+def parse_contenders(spec: str) -> list[Contender]:
+    """``"grpo,bigpo:embedder=hash_ngram:eps=0.1"`` -> contenders; values are YAML scalars."""
+    import yaml
+
+    from agentrl.config import RecipeError, validate_credit
+
+    out: list[Contender] = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        name, *pairs = item.split(":")
+        kw: dict[str, Any] = {}
+        for p in pairs:
+            k, eq, v = p.partition("=")
+            if not eq or not k:
+                raise ArenaError(f"estimator {item!r}: kwargs are written name:key=value, got {p!r}")
+            kw[k] = yaml.safe_load(v)
+        try:
+            validate_credit(name, kw)
+        except RecipeError as e:
+            raise ArenaError(f"estimator {item!r}: {e}") from None
+        out.append(Contender(item, name, tuple(sorted(kw.items()))))
+    labels = [c.label for c in out]
+    if not out:
+        raise ArenaError("--estimators names no estimator")
+    if len(set(labels)) < len(labels):
+        raise ArenaError(f"--estimators lists an estimator twice: {labels}")
+    return out
+
+
+def parse_seeds(spec: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in spec.split(",") if s.strip()]
+    except ValueError:
+        raise ArenaError(f"--seeds must be comma-separated integers, got {spec!r}") from None
+    if not seeds or len(set(seeds)) < len(seeds):
+        raise ArenaError(f"--seeds must list distinct integers, got {spec!r}")
+    return seeds
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one (estimator, seed) run needs; picklable for the worker pool."""
+
+    recipe: str
+    warm_start: str
+    contender: Contender
+    seed: int
+    out: str
+    steps: int
+    eval_every: int
+    heldout: dict[str, Any]
+    extra: tuple[str, ...] = ()
+
+
+def train_argv(r: RunSpec) -> list[str]:
+    """The ``agentrl.train`` command line of one run (resumes when a checkpoint exists)."""
+    run_dir = Path(r.out)
+    argv = [sys.executable, "-m", "agentrl.train", r.recipe, "--model_name_or_path", r.warm_start,
+            "--output_dir", str(run_dir / "train"), "--seed", str(r.seed), "--max_steps", str(r.steps),
+            "--save_steps", str(r.eval_every), "--credit", r.contender.credit,
+            "--credit_kwargs", json.dumps(dict(r.contender.kwargs)), "--report_to", "none"]
+    if any((run_dir / "train").glob("checkpoint-*")):
+        argv += ["--resume_from_checkpoint", "true"]
+    return argv + list(r.extra)
+
+
+def _checkpoints(train_dir: Path) -> list[tuple[int, Path]]:
+    cks = [(int(p.name.split("-")[1]), p) for p in train_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
+    return sorted(cks)
+
+
+def run_one(r: RunSpec) -> dict[str, Any]:
+    """Train (or resume) one run, then evaluate each of its checkpoints once; returns its result."""
+    from agentrl.heldout import HeldOutSettings, evaluate_wins
+
+    run_dir = Path(r.out)
+    done = run_dir / "result.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    if not (run_dir / "train" / f"checkpoint-{r.steps}").is_dir():
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        with (run_dir / "train.log").open("a") as log:
+            rc = subprocess.call(train_argv(r), stdout=log, stderr=subprocess.STDOUT, env=env)
+        if rc:
+            raise RuntimeError(f"run {r.contender.label} seed {r.seed} failed (exit {rc}); see {run_dir / 'train.log'}")
+    train_s = time.time() - t0
+    settings = HeldOutSettings(**r.heldout)
+    curve = []
+    for step, ck in _checkpoints(run_dir / "train"):
+        cache = run_dir / f"eval_step{step:05d}.json"
+        if not cache.is_file():
+            cache.write_text(json.dumps(evaluate_wins(str(ck), settings)))
+        res = json.loads(cache.read_text())
+        curve.append({"step": step, "success": res["success"], "wins": res["wins"]})
+    state = run_dir / "train" / f"checkpoint-{r.steps}" / "trainer_state.json"
+    history = json.loads(state.read_text()).get("log_history", []) if state.is_file() else []
+    result = {"label": r.contender.label, "seed": r.seed, "curve": curve, "train_s": train_s,
+              "train_log": _train_metrics(history)}
+    done.write_text(json.dumps(result))
+    return result
+
+
+def _train_metrics(history: list[dict]) -> dict[str, float]:
+    """Means over steps of the credit diagnostics and step times the trainer logged."""
+    keys = ("credit/singleton_frac", "credit/step_signal_frac", "credit/pace_branch_frac",
+            "time/rollout_s", "time/update_s", "time/credit_s", "env/success")
+    out = {}
+    for k in keys:
+        vals = [h[k] for h in history if isinstance(h.get(k), (int, float))]
+        if vals:
+            out[k] = sum(vals) / len(vals)
+    return out
+
+
+def _warm_eval(out: Path, warm: str, heldout: dict[str, Any]) -> dict[str, Any]:
+    """Step 0 of every curve: the shared warm start, evaluated once."""
+    from agentrl.heldout import HeldOutSettings, evaluate_wins
+
+    cache = out / "warm_start_eval.json"
+    if not cache.is_file():
+        cache.write_text(json.dumps(evaluate_wins(warm, HeldOutSettings(**heldout))))
+    return json.loads(cache.read_text())
+
+
+def _pool_run(specs: list[RunSpec], workers: int) -> list[dict[str, Any]]:
+    """Runs in ``workers`` processes (spawned: each imports torch once, one thread each)."""
+    import multiprocessing as mp
+
+    results: list[dict[str, Any]] = []
+    n = len(specs)
+    t0 = time.time()
+    if workers <= 1:
+        it = map(run_one, specs)
+        pool = None
+    else:
+        pool = mp.get_context("spawn").Pool(workers, initializer=_worker_init)
+        it = pool.imap_unordered(run_one, specs)
+    try:
+        for k, res in enumerate(it, 1):
+            results.append(res)
+            final = res["curve"][-1]["success"] if res["curve"] else float("nan")
+            print(f"[arena] {k}/{n} done: {res['label']} seed {res['seed']} final held-out "
+                  f"{final:.1f}% ({(time.time() - t0) / 60:.1f} min elapsed)", flush=True)
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    return results
+
+
+def _worker_init() -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="agentrl arena", description=__doc__.split("\n\n")[0])
+    p.add_argument("recipe", help="training recipe (YAML); only credit, credit_kwargs and seed vary")
+    p.add_argument("--estimators", required=True,
+                   help="comma-separated credit modules, each optionally name:key=value[:key=value]")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    p.add_argument("--out", required=True, help="arena folder (resumable: rerun the same command)")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)),
+                   help="runs in parallel, one thread each (default: the number of cores)")
+    p.add_argument("--warm-start", default=None, help="model folder every run starts from (default: the recipe's)")
+    p.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the recipe's max_steps)")
+    p.add_argument("--eval-every", type=int, default=10, help="checkpoint and evaluate every this many steps")
+    p.add_argument("--eval-split", default="valid", help="held-out split (default valid)")
+    p.add_argument("--eval-episodes", type=int, default=59, help="held-out tasks (seeds 0..n-1 of the split)")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="success (%%) for steps-to-threshold (default: warm start + 10 points)")
+    p.add_argument("--baseline", default=None, help="estimator label the others are compared with (default: the first)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra recipe override for every run (e.g. --set learning_rate=1e-4)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(list(sys.argv[1:] if argv is None else argv))
+    from agentrl.arena_stats import summarize, write_outputs
+    from agentrl.config import RecipeError, load_recipe
+
+    try:
+        contenders = parse_contenders(args.estimators)
+        seeds = parse_seeds(args.seeds)
+        baseline = args.baseline or contenders[0].label
+        if baseline not in [c.label for c in contenders]:
+            raise ArenaError(f"--baseline {baseline!r} is not among --estimators")
+        if args.workers < 1 or args.eval_every < 1 or args.eval_episodes < 1:
+            raise ArenaError("--workers, --eval-every and --eval-episodes must be >= 1")
+        extra = []
+        for s in args.set:
+            k, eq, v = s.partition("=")
+            if not eq:
+                raise ArenaError(f"--set takes KEY=VALUE, got {s!r}")
+            extra += [f"--{k}", v]
+        overrides = list(extra) + (["--model_name_or_path", args.warm_start] if args.warm_start else [])
+        cfg = load_recipe(args.recipe, overrides)
+    except (ArenaError, RecipeError) as e:
+        print(f"agentrl arena: {e}", file=sys.stderr)
+        return 2
+    from agentrl.heldout import HeldOutSettings
+
+    steps = args.steps or cfg.max_steps
+    if steps < 1:
+        print("agentrl arena: --steps (or the recipe's max_steps) must be >= 1", file=sys.stderr)
+        return 2
+    warm = str(Path(cfg.model_name_or_path).resolve()) if Path(cfg.model_name_or_path).is_dir() else cfg.model_name_or_path
+    heldout = HeldOutSettings.from_config(cfg, args.eval_split, args.eval_episodes).to_dict()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    specs = [RunSpec(str(Path(args.recipe).resolve()), warm, c, s, str(out / "runs" / c.slug / f"seed{s}"),
+                     steps, min(args.eval_every, steps), heldout, tuple(extra)) for c in contenders for s in seeds]
+    print(f"[arena] {len(specs)} runs ({len(contenders)} estimators x {len(seeds)} seeds), {steps} steps each, "
+          f"{args.workers} workers; logs in {out / 'runs'}/*/seed*/train.log", flush=True)
+    t0 = time.time()
+    warm_res = _warm_eval(out, warm, heldout)
+    results = _pool_run(specs, args.workers)
+    wall = time.time() - t0
+    threshold = args.threshold if args.threshold is not None else warm_res["success"] + 10.0
+    summary = summarize(results, warm_res, [c.label for c in contenders], seeds, baseline, threshold, steps)
+    summary.update(recipe=args.recipe, warm_start=warm, heldout=heldout, wall_s=wall, workers=args.workers)
+    write_outputs(summary, out)
+    print((out / "arena.md").read_text())
+    print(f"[arena] wrote {out / 'arena.md'}, arena.json, curves.png, steps_to_threshold.png "
+          f"({wall / 60:.1f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

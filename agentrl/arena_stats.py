@@ -1,0 +1,213 @@
+"""Statistics and outputs of ``agentrl arena``: pure functions over per-run held-out curves.
+
+A run's curve is a list of ``{"step", "success", "wins"}`` points (success in %, ``wins`` the
+per-task outcomes on the shared held-out tasks); step 0 is the shared warm start. Seeds are the
+independent replicates: every "mean +- s.e." here is over seeds (sample std, ddof 1, / sqrt(n)).
+The difference to the baseline is paired twice over: by seed (same seed, same task order) and,
+for its second s.e., by (seed, task), which is what is left when there is a single seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from agentrl.heldout import paired_difference
+
+
+def mean_se(xs: list[float]) -> tuple[float, float | None]:
+    """Mean and its standard error (sample std / sqrt(n)); the s.e. is None for one value."""
+    if not xs:
+        return float("nan"), None
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, None
+    return m, statistics.stdev(xs) / math.sqrt(len(xs))
+
+
+def auc(curve: list[tuple[int, float]], last_step: int) -> float:
+    """Mean success over steps 0..last_step: the trapezoid area under the curve / last_step.
+
+    The curve is held flat after its last point (a run that stopped early keeps its last value).
+    """
+    pts = sorted(curve)
+    if not pts or last_step <= 0:
+        return float("nan")
+    if pts[-1][0] < last_step:
+        pts.append((last_step, pts[-1][1]))
+    area = sum((s1 - s0) * (y0 + y1) / 2 for (s0, y0), (s1, y1) in zip(pts, pts[1:], strict=False))
+    return area / last_step
+
+
+def steps_to(curve: list[tuple[int, float]], threshold: float) -> int | None:
+    """First step whose success is >= threshold (None: never reached)."""
+    for step, y in sorted(curve):
+        if y >= threshold:
+            return step
+    return None
+
+
+def median_steps(values: list[int | None]) -> float | None:
+    """Median with never-reached runs counted as infinitely slow; None when the median run never
+    reached the threshold."""
+    xs = sorted(math.inf if v is None else float(v) for v in values)
+    if not xs:
+        return None
+    m = statistics.median(xs)
+    return None if math.isinf(m) else m
+
+
+def _curve(run: dict[str, Any], warm: dict[str, Any]) -> list[tuple[int, float]]:
+    return [(0, warm["success"])] + [(p["step"], p["success"]) for p in run["curve"]]
+
+
+def estimator_row(runs: list[dict[str, Any]], base_runs: dict[int, dict[str, Any]], warm: dict[str, Any],
+                  threshold: float, last_step: int) -> dict[str, Any]:
+    """One estimator's numbers over its seeds (``runs``), against the baseline's runs by seed."""
+    finals = [r["curve"][-1]["success"] for r in runs if r["curve"]]
+    bests = [max(p["success"] for p in r["curve"]) for r in runs if r["curve"]]
+    curves = [_curve(r, warm) for r in runs]
+    reach = [steps_to(c[1:], threshold) for c in curves]
+    row: dict[str, Any] = {"seeds": [r["seed"] for r in runs]}
+    row["final"], row["final_se"] = mean_se(finals)
+    row["best"], row["best_se"] = mean_se(bests)
+    row["auc"], row["auc_se"] = mean_se([auc(c, last_step) for c in curves])
+    row["steps_to_threshold"] = reach
+    row["median_steps_to_threshold"] = median_steps(reach)
+    diffs, win_pairs_b, win_pairs_e = [], [], []
+    for r in runs:
+        b = base_runs.get(r["seed"])
+        if not (b and b["curve"] and r["curve"]):
+            continue
+        diffs.append(r["curve"][-1]["success"] - b["curve"][-1]["success"])
+        win_pairs_b += b["curve"][-1]["wins"]
+        win_pairs_e += r["curve"][-1]["wins"]
+    row["diff_to_baseline"], row["diff_se_seeds"] = mean_se(diffs)
+    row["diff_se_tasks"] = paired_difference(win_pairs_b, win_pairs_e)[1] if win_pairs_b else None
+    diag_keys = sorted({k for r in runs for k in r.get("train_log", {})})
+    row["train"] = {k: mean_se([r["train_log"][k] for r in runs if k in r.get("train_log", {})])[0]
+                    for k in diag_keys}
+    t = row["train"]
+    row["s_per_step"] = sum(t.get(k, 0.0) for k in ("time/rollout_s", "time/update_s")) or None
+    return row
+
+
+def verdict(row: dict[str, Any], is_baseline: bool) -> str:
+    """Whether the difference to the baseline is resolved by the data (|d| > 2 s.e.)."""
+    if is_baseline:
+        return "baseline"
+    d = row["diff_to_baseline"]
+    se = row["diff_se_seeds"] if row["diff_se_seeds"] is not None else row["diff_se_tasks"]
+    if se is None or math.isnan(d):
+        return "n/a"
+    if se == 0:
+        return "equal" if d == 0 else ("better" if d > 0 else "worse")
+    if abs(d) <= 2 * se:
+        return "not resolved"
+    return "better" if d > 0 else "worse"
+
+
+def summarize(results: list[dict[str, Any]], warm: dict[str, Any], labels: list[str], seeds: list[int],
+              baseline: str, threshold: float, last_step: int) -> dict[str, Any]:
+    """Every number of the arena, by estimator (in ``labels`` order)."""
+    by = {lab: sorted((r for r in results if r["label"] == lab), key=lambda r: r["seed"]) for lab in labels}
+    base_runs = {r["seed"]: r for r in by[baseline]}
+    rows = {}
+    for lab in labels:
+        row = estimator_row(by[lab], base_runs, warm, threshold, last_step)
+        row["verdict"] = verdict(row, lab == baseline)
+        row["curves"] = {r["seed"]: _curve(r, warm) for r in by[lab]}
+        rows[lab] = row
+    return {"estimators": rows, "baseline": baseline, "threshold": threshold, "seeds": seeds,
+            "steps": last_step, "warm_start_success": warm["success"]}
+
+
+def _fmt(m: float | None, se: float | None, nd: int = 1) -> str:
+    if m is None or (isinstance(m, float) and math.isnan(m)):
+        return "-"
+    return f"{m:.{nd}f}" + (f" ± {se:.{nd}f}" if se is not None else "")
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """``arena.md``: one row per estimator."""
+    n = len(summary["seeds"])
+    thr = summary["threshold"]
+    lines = [f"Held-out success (%), mean ± s.e. over {n} seed(s); warm start {summary['warm_start_success']:.1f}; "
+             f"threshold {thr:.1f}; baseline `{summary['baseline']}`; {summary['steps']} RL steps.", "",
+             "| estimator | final | best | AUC | median steps to threshold (never) | diff to baseline "
+             "(s.e. seeds / tasks) | verdict | singleton frac | step-signal frac | PACE branch frac | s/step |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for lab, r in summary["estimators"].items():
+        never = sum(v is None for v in r["steps_to_threshold"])
+        med = r["median_steps_to_threshold"]
+        med_s = f"{med:.0f}" if med is not None else f"> {summary['steps']}"
+        se_t = f"{r['diff_se_tasks']:.1f}" if r["diff_se_tasks"] is not None else "-"
+        se_s = f"{r['diff_se_seeds']:.1f}" if r["diff_se_seeds"] is not None else "-"
+        t = r["train"]
+        diag = [f"{t[k]:.3f}" if k in t else "-" for k in
+                ("credit/singleton_frac", "credit/step_signal_frac", "credit/pace_branch_frac")]
+        sps = f"{r['s_per_step']:.1f}" if r["s_per_step"] else "-"
+        lines.append(f"| {lab} | {_fmt(r['final'], r['final_se'])} | {_fmt(r['best'], r['best_se'])} | "
+                     f"{_fmt(r['auc'], r['auc_se'])} | {med_s} ({never}/{len(r['steps_to_threshold'])}) | "
+                     f"{r['diff_to_baseline']:+.1f} ({se_s} / {se_t}) | {r['verdict']} | "
+                     + " | ".join(diag) + f" | {sps} |")
+    lines += ["", "verdict: `better`/`worse` only when |diff| > 2 s.e. (over seeds; over (seed, task) pairs "
+              "with one seed); otherwise `not resolved`."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], out: Path) -> None:
+    """``curves.png`` (mean and ±1 s.e. band per estimator) and ``steps_to_threshold.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for lab, r in summary["estimators"].items():
+        curves = list(r["curves"].values())
+        steps = sorted({s for c in curves for s, _ in c})
+        ms, lo, hi = [], [], []
+        for s in steps:
+            m, se = mean_se([y for c in curves for st, y in c if st == s])
+            ms.append(m)
+            lo.append(m - (se or 0))
+            hi.append(m + (se or 0))
+        ax.plot(steps, ms, marker="o", label=lab)
+        ax.fill_between(steps, lo, hi, alpha=0.15)
+    ax.axhline(summary["threshold"], color="grey", ls="--", lw=1, label=f"threshold {summary['threshold']:.0f}%")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("held-out success (%)")
+    ax.set_title(f"agentrl arena: held-out success, mean ± s.e. over {len(summary['seeds'])} seed(s)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labs = list(summary["estimators"])
+    cap = summary["steps"] * 1.1
+    for i, lab in enumerate(labs):
+        r = summary["estimators"][lab]
+        vals = [cap if v is None else v for v in r["steps_to_threshold"]]
+        med = r["median_steps_to_threshold"]
+        ax.bar(i, cap if med is None else med, color="C0" if med is not None else "lightgrey", alpha=0.6)
+        ax.scatter([i] * len(vals), vals, color="k", s=12, zorder=3)
+    ax.axhline(cap, color="grey", ls=":", lw=1)
+    ax.text(len(labs) - 0.5, cap, "never reached", va="bottom", ha="right", fontsize=7)
+    ax.set_xticks(range(len(labs)), labs, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel(f"steps to {summary['threshold']:.0f}% held-out")
+    ax.set_title("median steps to threshold (bars) and each seed (dots)")
+    fig.tight_layout()
+    fig.savefig(out / "steps_to_threshold.png", dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(summary: dict[str, Any], out: Path) -> None:
+    out = Path(out)
+    (out / "arena.json").write_text(json.dumps(summary, indent=2, default=lambda x: None))
+    (out / "arena.md").write_text(markdown(summary))
+    plot(summary, out)

@@ -1,0 +1,98 @@
+"""Held-out evaluation of a checkpoint with the settings it was trained with.
+
+The demo and the arena both ask the same question of every checkpoint: "how many of these fixed
+held-out tasks does the greedy policy solve, with exactly the prompt, history, completion length
+and turn limit it was trained with?" Keeping per-task outcomes (not only the rate) lets two
+checkpoints be compared *paired* over the same tasks, whose variance is far smaller than the
+binomial one (see :func:`paired_difference`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class HeldOutSettings:
+    """How a policy is rolled out for held-out evaluation (copied from its training recipe)."""
+
+    env_id: str
+    """Gymnasium id of the env."""
+    split: str = "valid"
+    """Reset option ``split`` of the held-out tasks (never trained on)."""
+    families: list[str] | None = None
+    """Reset option ``families`` (None = all of the env's families)."""
+    episodes: int = 59
+    """Held-out tasks: seeds 0..episodes-1 of the split."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of ``gymnasium.make`` (e.g. ``prompt_style``)."""
+    context_mode: str = "window"
+    """Context mode the policy was trained in."""
+    history_length: int = 2
+    """(obs, action) pairs in a window prompt."""
+    max_turns: int | None = None
+    """Step cap per episode (None = the env's limit)."""
+    max_prompt_tokens: int = 2048
+    """Prompt budget per turn."""
+    max_new_tokens: int = 64
+    """Completion length per turn (the recipe's ``max_completion_length``)."""
+    prefill: str = "<action>"
+    """Text after the assistant header."""
+
+    @classmethod
+    def from_config(cls, cfg, split: str = "valid", episodes: int = 59,
+                    families: list[str] | None = None) -> HeldOutSettings:
+        """The settings of a training config (an ``AgentRLConfig``); held-out split and size apart."""
+        return cls(env_id=cfg.env_id, split=split, episodes=episodes,
+                   families=list(families if families is not None else (cfg.task_families or [])) or None,
+                   env_kwargs=dict(cfg.env_kwargs or {}), context_mode=cfg.context_mode,
+                   history_length=cfg.history_length, max_turns=cfg.max_turns,
+                   max_prompt_tokens=cfg.max_prompt_tokens, max_new_tokens=cfg.max_completion_length,
+                   prefill=cfg.prefill)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str, Any]:
+    """Greedy rollouts of ``model_dir`` on the held-out tasks: success (%), its binomial s.e.,
+    the invalid-action rate, the mean episode length and the per-task outcomes ``wins``."""
+    import torch
+
+    from agentrl.eval import load_policy
+    from agentrl.rollout import hf_generate_fn, run_episodes
+
+    torch.manual_seed(seed)
+    model, tok = load_policy(str(model_dir))
+    gen = hf_generate_fn(model, tok, max_new_tokens=s.max_new_tokens, do_sample=False)
+    options: dict[str, Any] = {"split": s.split}
+    if s.families:
+        options["families"] = list(s.families)
+    tasks = [{"seed": k, "options": options, "group_id": f"heldout-{k}"} for k in range(s.episodes)]
+    eps = run_episodes(s.env_id, tasks, gen, tok, env_kwargs=s.env_kwargs, context_mode=s.context_mode,
+                       history_length=s.history_length, max_turns=s.max_turns,
+                       max_prompt_tokens=s.max_prompt_tokens, prefill=s.prefill)
+    wins = [bool(e.won) for e in eps]
+    n = len(wins)
+    p = sum(wins) / max(n, 1)
+    steps = sum(e.length for e in eps)
+    return {"success": 100 * p, "success_se": 100 * math.sqrt(p * (1 - p) / max(n, 1)), "episodes": n,
+            "invalid_rate": sum(e.n_invalid for e in eps) / max(steps, 1), "mean_length": steps / max(n, 1),
+            "wins": wins}
+
+
+def paired_difference(before: list[bool], after: list[bool]) -> tuple[float, float]:
+    """Difference in points over the same tasks and its paired standard error.
+
+    With d_i = after_i - before_i in {-1, 0, 1}, the s.e. of mean(d) is std(d) / sqrt(n); what
+    the tasks share cancels out of the variance, which an unpaired s.e. ignores.
+    """
+    n = len(before)
+    if n == 0 or n != len(after):
+        raise ValueError(f"paired outcomes need two equal non-empty lists, got {n} and {len(after)}")
+    d = [int(a) - int(b) for a, b in zip(after, before, strict=True)]
+    mean = sum(d) / n
+    var = sum((x - mean) ** 2 for x in d) / max(n - 1, 1)
+    return 100 * mean, 100 * math.sqrt(var / n)

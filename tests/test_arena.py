@@ -1,0 +1,127 @@
+"""agentrl arena: its statistics against hand-worked numbers, bad input, and a quick real race.
+
+The quick race (2 estimators, 1 seed, 2 RL steps of a tiny model on TextCraft) checks that the
+files exist and that their numbers agree with each other and with the per-run evaluations; it
+cannot show learning (the full arena is a benchmark: `make arena`).
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrl.arena import ArenaError, parse_contenders, parse_seeds
+from agentrl.arena_stats import auc, estimator_row, mean_se, median_steps, steps_to, verdict
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_mean_se_by_hand():
+    # [10, 20, 30]: mean 20, sample std 10, s.e. 10 / sqrt(3)
+    m, se = mean_se([10.0, 20.0, 30.0])
+    assert m == 20.0 and abs(se - 10 / math.sqrt(3)) < 1e-12
+    assert mean_se([5.0]) == (5.0, None)
+
+
+def test_auc_steps_to_and_median():
+    # trapezoids over 0..20: (0->10: (20+40)/2*10 = 300) + (10->20: (40+30)/2*10 = 350) = 650 / 20 = 32.5
+    assert auc([(0, 20.0), (10, 40.0), (20, 30.0)], 20) == 32.5
+    # a curve that stops at 10 is held flat to 20: 300 + 40*10 = 700 / 20 = 35
+    assert auc([(0, 20.0), (10, 40.0)], 20) == 35.0
+    assert steps_to([(10, 25.0), (20, 41.0), (30, 50.0)], 40.0) == 20
+    assert steps_to([(10, 25.0)], 40.0) is None
+    # never-reached counts as infinitely slow: median of [10, 30, inf] is 30; of [10, inf, inf] is inf -> None
+    assert median_steps([10, None, 30]) == 30
+    assert median_steps([10, None, None]) is None
+
+
+def _run(label, seed, finals, wins):
+    return {"label": label, "seed": seed, "train_log": {"time/rollout_s": 2.0, "time/update_s": 1.0},
+            "curve": [{"step": 10 * (i + 1), "success": f, "wins": wins if i == len(finals) - 1 else []}
+                      for i, f in enumerate(finals)]}
+
+
+def test_estimator_row_paired_against_baseline():
+    warm = {"success": 20.0}
+    base = {0: _run("grpo", 0, [25.0, 30.0], [True, False, False, False]),
+            1: _run("grpo", 1, [20.0, 20.0], [False, False, False, True])}
+    runs = [_run("gigpo", 0, [40.0, 50.0], [True, True, False, False]),
+            _run("gigpo", 1, [30.0, 40.0], [True, False, False, True])]
+    row = estimator_row(runs, base, warm, threshold=35.0, last_step=20)
+    # finals 50, 40: mean 45, s.e. = stdev(50, 40)/sqrt(2) = 7.071/1.414 = 5
+    assert row["final"] == 45.0 and abs(row["final_se"] - 5.0) < 1e-12
+    # seed diffs 50-30 = 20 and 40-20 = 20: mean 20, s.e. 0
+    assert row["diff_to_baseline"] == 20.0 and row["diff_se_seeds"] == 0.0
+    # task pairs (8): d = [0, 1, 0, 0, 1, 0, 0, 0] -> mean 0.25, var = (6*0.0625 + 2*0.5625)/7 = 0.2143
+    assert abs(row["diff_se_tasks"] - 100 * math.sqrt((6 * 0.0625 + 2 * 0.5625) / 7 / 8)) < 1e-9
+    # threshold 35 reached at step 10 (seed 0, 40%) and step 20 (seed 1, 40%): median 15
+    assert row["steps_to_threshold"] == [10, 20] and row["median_steps_to_threshold"] == 15
+    # AUC seed 0: (20+40)/2*10 + (40+50)/2*10 = 750 / 20 = 37.5; seed 1: (20+30)*5 + (30+40)*5 = 600/20 = 30
+    assert row["auc"] == 33.75
+    assert row["s_per_step"] == 3.0
+    assert verdict(row, False) == "better"
+    assert verdict({**row, "diff_se_seeds": 15.0}, False) == "not resolved"
+
+
+def test_parse_contenders_and_seeds():
+    cs = parse_contenders("grpo,bigpo:embedder=hash_ngram:eps=0.1")
+    assert [c.credit for c in cs] == ["grpo", "bigpo"]
+    assert dict(cs[1].kwargs) == {"embedder": "hash_ngram", "eps": 0.1}
+    assert cs[1].slug == "bigpo__embedder-hash_ngram__eps-0.1"
+    for bad in ("nosuch", "grpo,grpo", "gigpo:w", "gigpo:nokwarg=1", ""):
+        with pytest.raises(ArenaError):
+            parse_contenders(bad)
+    assert parse_seeds("0,1,2") == [0, 1, 2]
+    for bad in ("a", "1,1", ""):
+        with pytest.raises(ArenaError):
+            parse_seeds(bad)
+
+
+def _arena(args, timeout=1800):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "agentrl", "arena", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def test_arena_bad_input_is_one_line():
+    p = _arena(["recipes/textcraft_grpo_tiny_cpu.yaml", "--estimators", "grpo,nosuch", "--out", "/tmp/x"])
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "nosuch" in p.stderr
+
+
+@pytest.mark.slow
+def test_arena_quick_race(tmp_path):
+    import torch
+
+    torch.set_num_threads(1)
+    from agentrl.models import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "warm", vocab_size=400, hidden_size=32, num_layers=2, num_heads=2,
+                             num_kv_heads=1)
+    out = tmp_path / "arena"
+    args = ["recipes/textcraft_grpo_tiny_cpu.yaml", "--estimators", "grpo,gigpo", "--seeds", "0",
+            "--steps", "2", "--eval-every", "1", "--eval-episodes", "3", "--workers", "1",
+            "--warm-start", str(model), "--out", str(out), "--threshold", "0"]
+    p = _arena(args)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads((out / "arena.json").read_text())
+    assert (out / "curves.png").stat().st_size > 1000 and (out / "steps_to_threshold.png").stat().st_size > 1000
+    md = (out / "arena.md").read_text()
+    for lab in ("grpo", "gigpo"):
+        row = summary["estimators"][lab]
+        res = json.loads((out / "runs" / lab / "seed0" / "result.json").read_text())
+        # the table's final is the last checkpoint's evaluation; the curve is the per-step evaluations
+        assert [p["step"] for p in res["curve"]] == [1, 2]
+        ev = json.loads((out / "runs" / lab / "seed0" / "eval_step00002.json").read_text())
+        assert row["final"] == ev["success"] == 100 * sum(ev["wins"]) / 3
+        assert f"| {lab} | {row['final']:.1f} |" in md
+        # threshold 0 is reached at the first checkpoint
+        assert row["steps_to_threshold"] == [1]
+    assert summary["estimators"]["grpo"]["diff_to_baseline"] == 0.0
+    # rerunning the same command skips finished runs (no new training) and gives the same table
+    p2 = _arena(args)
+    assert p2.returncode == 0 and (out / "arena.md").read_text() == md
