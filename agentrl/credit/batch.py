@@ -275,11 +275,10 @@ class Batch:
         """Invalid-action penalty already inside each record's reward (the ``penalty`` field; 0
         where absent), canonical order."""
         if "penalty" not in self._cache:
-            vals = [0.0 if p is None else p for p in self.field("penalty", 0.0)]
-            try:
-                arr = np.asarray(vals, dtype=np.float64).reshape(self.n)
-            except (TypeError, ValueError):
-                raise ValueError("step record field 'penalty' must be a number on every record") from None
+            arr = np.asarray([0.0 if p is None else p for p in self.field("penalty", 0.0)])
+            if arr.shape != (self.n,) or (self.n and arr.dtype.kind not in "biuf"):
+                raise ValueError("step record field 'penalty' must be a number on every record")
+            arr = arr.astype(np.float64)
             if not np.isfinite(arr).all():
                 raise ValueError("step record field 'penalty' holds NaN or inf")
             self._cache["penalty"] = arr

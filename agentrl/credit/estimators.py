@@ -167,7 +167,15 @@ def state_partition(
     lambda kw: frozenset({"fingerprint"}) if kw["embedder"] == "actor_hidden" else frozenset(),
 )
 def bigpo(
-    batch: Batch, gamma: float, w: float, norm: str, embedder: str, eps: Any, ngram: int, hash_dim: int, **ep: str
+    batch: Batch,
+    gamma: float,
+    w: float,
+    norm: str,
+    embedder: str,
+    eps: Any,
+    ngram: int,
+    hash_dim: int,
+    **ep: str,
 ) -> Out:
     """GiGPO's A_ep + w * A_step on BiGPO's cosine-cluster partition (BiPACE Sec. 3.4)."""
     key, diag = state_partition(batch, embedder, eps, ngram, hash_dim)
@@ -208,12 +216,12 @@ def _pace(kind: str):
     return est
 
 
-pace_diff = register(
-    "pace_diff", _pace_params("obs_hash", "first_n"), "BiPACE Eq. 4, Sec. 3.5", _needs_pace
-)(_pace("diff"))
-pace_q = register(
-    "pace_q", _pace_params("obs_hash", "action_tag"), "BiPACE Eqs. 5-7, Sec. 3.5", _needs_pace
-)(_pace("q"))
+pace_diff = register("pace_diff", _pace_params("obs_hash", "first_n"), "BiPACE Eq. 4, Sec. 3.5", _needs_pace)(
+    _pace("diff")
+)
+pace_q = register("pace_q", _pace_params("obs_hash", "action_tag"), "BiPACE Eqs. 5-7, Sec. 3.5", _needs_pace)(
+    _pace("q")
+)
 bipace_q = register(
     "bipace_q", _pace_params("actor_hidden", "action_tag"), "BiPACE Eqs. 3, 5-8", _needs_pace
 )(_pace("q"))

@@ -66,9 +66,7 @@ def _weighted_nonzero_mean(items: list[np.ndarray], log_w: np.ndarray) -> tuple[
     },
     "HGPO (He et al. 2026) as its authors compute it; cited by BiPACE Sec. 3.4",
 )
-def hgpo(
-    batch: Batch, gamma: float, norm: str, K: int, alpha: float, base_group: bool, **ep: str
-) -> Out:
+def hgpo(batch: Batch, gamma: float, norm: str, K: int, alpha: float, base_group: bool, **ep: str) -> Out:
     """HGPO: A(i) = sum_k w_k A_k(i) / (sum_k w_k + delta) over the nonzero A_k(i), k = 1..K+1,
     w_k = (k+1)^alpha, A_k = (R_t - mean) / (population std + delta) inside the group of records
     sharing the last k observations (README.md "HGPO"). base_group adds A_ep as item k=0 (w=1)."""
@@ -93,8 +91,11 @@ def hgpo(
 
 @register(
     "hgpo_pairs",
-    {**COMBINER, "K": Param(2, "deepest level: the current obs and the last K (obs, action) pairs", "int", lo=0),
-     "alpha": ALPHA},
+    {
+        **COMBINER,
+        "K": Param(2, "deepest level: the current obs and the last K (obs, action) pairs", "int", lo=0),
+        "alpha": ALPHA,
+    },
     "history-pair hierarchy after BiPACE Sec. 3.4's description of HGPO (not the HGPO authors' computation)",
 )
 def hgpo_pairs(batch: Batch, gamma: float, w: float, norm: str, K: int, alpha: float, **ep: str) -> Out:

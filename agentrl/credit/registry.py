@@ -122,7 +122,6 @@ def episode_params(stats: str = "rollouts", singleton: str = "zero") -> dict[str
     }
 
 
-
 # ============================================================================ registry
 Out = tuple[np.ndarray, np.ndarray, dict[str, float]]  # advantages, step term, diagnostics
 

@@ -57,13 +57,16 @@ def _salt_edge_texts(pieces: np.ndarray, table: list[str], rows: np.ndarray) -> 
     return out
 
 
-
 @register(
     "salt",
     {
         "gamma": GAMMA,
-        "h": Param(3, "state = last h (action, observation) pairs (salt.md Sec. 3.1.2, Table 4: 3)", "int", lo=1),
-        "base": Param("grpo", "trajectory-level advantage to refine: 'grpo' or 'rloo'", "choice", ("grpo", "rloo")),
+        "h": Param(
+            3, "state = last h (action, observation) pairs (salt.md Sec. 3.1.2, Table 4: 3)", "int", lo=1
+        ),
+        "base": Param(
+            "grpo", "trajectory-level advantage to refine: 'grpo' or 'rloo'", "choice", ("grpo", "rloo")
+        ),
         "match": Param(
             "exact",
             "'exact' edge identity, or 'embedding': cosine similarity of edge embeddings (App. B.2)",
@@ -74,7 +77,9 @@ def _salt_edge_texts(pieces: np.ndarray, table: list[str], rows: np.ndarray) -> 
             0.95, "match='embedding': edges merge when cosine similarity >= this", "float", lo=-1.0, hi=1.0
         ),
         "embed_fn": Param(
-            None, "match='embedding': list[str] -> (n, d) array; None uses the hash_ngram embedder", "callable"
+            None,
+            "match='embedding': list[str] -> (n, d) array; None uses the hash_ngram embedder",
+            "callable",
         ),
         "ngram": NGRAM,
         "hash_dim": HASH_DIM,
