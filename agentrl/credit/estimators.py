@@ -86,15 +86,20 @@ run the greedy clustering itself and check it returns the same partition)."""
             "choice",
             ("group", "batch", "none"),
         ),
+        **episode_params(),
     },
     "BiPACE Eq. 1",
 )
-def grpo(batch: Batch, gamma: float, scale: str) -> Out:
-    """Episode return standardized in its group (BiPACE Eq. 1), broadcast to every step."""
-    a = parts.episode_advantage(batch, scale)
-    R = batch.episode_return()
-    spread = parts.key_stats(R, batch.traj_group).std
-    return a[batch.traj], np.zeros(batch.n), {"zero_std_group_frac": float(np.mean(spread == 0))}
+def grpo(batch: Batch, gamma: float, scale: str, **ep: str) -> Out:
+    """Episode return standardized in its group (BiPACE Eq. 1), broadcast to every step; the
+    episode kwargs act as on the combiners' A_ep (README.md, "Episode term")."""
+    a = episode(batch, "mean_std" if scale == "group" else "mean", **ep)
+    if scale == "batch":  # centered, divided by the batch std of the values the statistics use
+        R, s = parts.episode_scores(batch, ep["penalty"])
+        x = R if ep["episode_stats"] == "rollouts" else s
+        a = a / ((float(np.std(x, ddof=1)) if len(x) > 1 else 0.0) + parts.DELTA)
+    spread = parts.key_stats(batch.episode_return(), batch.traj_group).std
+    return a, np.zeros(batch.n), {"zero_std_group_frac": float(np.mean(spread == 0))}
 
 
 @register("rloo", {"gamma": GAMMA}, "RLOO (Kool et al. 2019), BiPACE Sec. 1")

@@ -296,6 +296,13 @@ def step_returns(batch: Batch, gamma: float, penalty: str) -> np.ndarray:
     return batch.returns_to_go(gamma, penalty_free=penalty == "step") - p
 
 
+def episode_scores(batch: Batch, penalty: str) -> tuple[np.ndarray, np.ndarray]:
+    """R(tau) per rollout (penalty-free with penalty='step') and each record's score
+    s_i = R(tau) - p_i (p_i: its own penalty with penalty='step', else 0)."""
+    R = batch.episode_return(penalty_free=penalty == "step")
+    return R, R[batch.traj] - step_penalty(batch, penalty)
+
+
 def episode_term(batch: Batch, norm: str, stats: str, singleton: str, penalty: str) -> np.ndarray:
     """The episode term A_ep per record (BiPACE Eq. 1 and the authors' variants, README.md).
 
@@ -308,8 +315,7 @@ def episode_term(batch: Batch, norm: str, stats: str, singleton: str, penalty: s
     check_norm(norm)
     if stats not in EPISODE_STATS or singleton not in EPISODE_SINGLETON:
         raise ValueError(f"episode stats/singleton must be in {EPISODE_STATS} / {EPISODE_SINGLETON}")
-    R = batch.episode_return(penalty_free=penalty == "step")
-    s = R[batch.traj] - step_penalty(batch, penalty)
+    R, s = episode_scores(batch, penalty)
     if stats == "rollouts":
         ks, key = key_stats(R, batch.traj_group), batch.group
     else:

@@ -46,6 +46,22 @@ def test_episode_stats_over_steps_vs_rollouts():
     assert mean.step_advantages.tolist() == [7.5, -2.5, -2.5, -2.5]
 
 
+def test_grpo_takes_the_same_episode_kwargs():
+    # verl-agent's GRPO uses the same statistics: over steps +1.5 / -0.5 as above
+    recs = win_and_long_loss()
+    res = compute("grpo", recs, episode_stats="steps")
+    assert res.step_advantages.tolist() == [close(7.5 / (5 + D))] + [close(-2.5 / (5 + D))] * 3
+    # scale='batch' with a second group h (one-step rollouts R = 4, 0): centered values over steps
+    # g [7.5, -2.5 x3], h [2, -2]; batch std of the scores [10, 0, 0, 0, 4, 0]: mean 14/6,
+    # squares (7.667^2 + 3 * 2.333^2 + 1.667^2 + 2.333^2) = 58.78 + 16.33 + 2.78 + 5.44 = 83.33, / 5
+    # -> sqrt(16.667) = 4.082483
+    recs += traj("h", "h0", ["Q"], ["x"], [4]) + traj("h", "h1", ["Q"], ["x"], [0])
+    sd = math.sqrt(sum((v - 14 / 6) ** 2 for v in (10, 0, 0, 0, 4, 0)) / 5)
+    assert sd == pytest.approx(4.082483, abs=1e-6)
+    res = compute("grpo", recs, scale="batch", episode_stats="steps")
+    assert res.step_advantages.tolist() == [close(v / (sd + D)) for v in (7.5, -2.5, -2.5, -2.5, 2, -2)]
+
+
 def test_step_term_unchanged_by_episode_kwargs():
     recs = win_and_long_loss()
     # gamma 0.95: R_0 of the win 10, of the loss 0; group A {10, 0}: +-5 / (sqrt(50) + D)
