@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from credit_helpers import find, traj
 
@@ -287,3 +288,120 @@ def test_register_refuses_a_duplicate_name():
             register("_test_est", {}, "test")(lambda batch: None)
     finally:
         REGISTRY.pop("_test_est", None)
+
+
+# ----------------------------------------------------------------------------- against a direct loop
+def random_batch(seed):
+    """2 groups of 1-4 rollouts of 1-5 steps over 3 observations; rewards and penalties dyadic
+    (exact in floating point, so "equal to the mean" is decided exactly by both sides)."""
+    rng = np.random.default_rng(seed)
+    recs = []
+    for g in range(2):
+        for r in range(int(rng.integers(1, 5))):
+            T = int(rng.integers(1, 6))
+            pen = [float(rng.choice([0.0, 0.0, 0.25])) for _ in range(T)]
+            rew = [float(rng.choice([0.0, 0.0, 1.0, 0.5])) - p for p in pen]
+            obs = [str(rng.choice(["A", "B", "C"])) for _ in range(T)]
+            recs += traj(f"g{g}", f"g{g}r{r}", obs, ["x"] * T, rew, penalty=pen)
+    return recs
+
+
+def loop_returns(rollout, gamma, penalty):
+    """R_t of one rollout's records, written from the rules (README.md "Episode term")."""
+    out, run = [], 0.0
+    for rec in reversed(rollout):
+        r = rec["reward"] + (rec["penalty"] if penalty == "step" else 0.0)
+        run = r + gamma * run
+        out.append(run - (rec["penalty"] if penalty == "step" else 0.0))
+    return out[::-1]
+
+
+def loop_episode(rollouts, norm, stats, singleton, penalty):
+    """A_ep of every record of one group, {(traj, t): value}."""
+    pen = (lambda rec: rec["penalty"]) if penalty == "step" else (lambda rec: 0.0)
+    R = {k: sum(rec["reward"] + pen(rec) for rec in ro) for k, ro in rollouts.items()}
+    score = {(k, rec["t"]): R[k] - pen(rec) for k, ro in rollouts.items() for rec in ro}
+    vals = list(R.values()) if stats == "rollouts" else list(score.values())
+    if len(vals) == 1:
+        if singleton == "zero":
+            return dict.fromkeys(score, 0.0)
+        mean, std = 0.0, 1.0
+    else:
+        mean = sum(vals) / len(vals)
+        std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+    return {key: (s - mean) / (std + D) if norm == "mean_std" else s - mean for key, s in score.items()}
+
+
+def loop_hgpo(recs, gamma, K, alpha, norm, base_group, penalty):
+    """The HGPO rules (a)-(g) of README.md, one group and one record at a time."""
+    out = {}
+    for g in sorted({r["group_id"] for r in recs}):
+        rollouts = {}
+        for rec in recs:
+            if rec["group_id"] == g:
+                rollouts.setdefault(rec["traj_id"], []).append(rec)
+        ret = {
+            (k, t): v for k, ro in rollouts.items() for t, v in enumerate(loop_returns(ro, gamma, penalty))
+        }
+        clusters = {}
+        for k, ro in rollouts.items():
+            obs = [rec["obs"] for rec in ro]
+            for t in range(len(ro)):
+                for level in range(1, min(K + 1, t + 1) + 1):  # (b) members only, (a) observations
+                    clusters.setdefault((level, tuple(obs[t - level + 1 : t + 1])), []).append((k, t))
+        items = {key: [] for key in ret}
+        for (level, _), members in clusters.items():
+            if len(members) < 2:
+                continue
+            vals = [ret[m] for m in members]
+            mean = sum(vals) / len(vals)
+            std = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))  # (d) population
+            for m, v in zip(members, vals, strict=True):
+                items[m].append((level, (v - mean) / (std + D) if norm == "mean_std" else v - mean))
+        if base_group:  # (g)
+            ep = loop_episode(rollouts, norm, "steps", "raw", penalty)
+            for key in items:
+                items[key].append((0, ep[key]))
+        for key, its in items.items():
+            kept = [(level, a) for level, a in its if a != 0]  # (e)
+            w = [(level + 1) ** alpha for level, _ in kept]  # (c)
+            out[(g, *key)] = sum(wi * a for wi, (_, a) in zip(w, kept, strict=True)) / (sum(w) + D)  # (f)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_hgpo_and_episode_term_match_a_direct_loop(seed):
+    recs = random_batch(seed)
+    for kw in (
+        {"K": 2, "alpha": 1.0, "norm": "mean_std", "base_group": False, "penalty": "reward"},
+        {"K": 1, "alpha": 0.5, "norm": "mean", "base_group": True, "penalty": "step"},
+        {"K": 3, "alpha": 2.0, "norm": "mean_std", "base_group": True, "penalty": "reward"},
+    ):
+        ref = loop_hgpo(recs, 0.5, **kw)
+        got = compute("hgpo", recs, gamma=0.5, **kw).step_advantages
+        assert got.tolist() == [close(ref[(r["group_id"], r["traj_id"], r["t"])]) for r in recs], kw
+    for stats, singleton, penalty, norm in (
+        ("steps", "raw", "step", "mean_std"),
+        ("rollouts", "zero", "reward", "mean"),
+        ("rollouts", "raw", "step", "mean_std"),
+    ):
+        got = compute(
+            "gigpo",
+            recs,
+            gamma=0.5,
+            w=0.0,
+            norm=norm,
+            episode_stats=stats,
+            episode_singleton=singleton,
+            penalty=penalty,
+        ).step_advantages
+        ref = {}
+        for g in sorted({r["group_id"] for r in recs}):
+            rollouts = {}
+            for rec in recs:
+                if rec["group_id"] == g:
+                    rollouts.setdefault(rec["traj_id"], []).append(rec)
+            ref.update(
+                {(g, *k): v for k, v in loop_episode(rollouts, norm, stats, singleton, penalty).items()}
+            )
+        assert got.tolist() == [close(ref[(r["group_id"], r["traj_id"], r["t"])]) for r in recs]
