@@ -8,6 +8,7 @@ episode term's ``episode_stats``, ``episode_singleton`` and ``penalty`` (README.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -149,7 +150,8 @@ def register(
     """Decorator: register ``fn`` as estimator ``name`` (verl's ``@register_adv_est`` style).
 
     A name can be registered once: a second registration raises ValueError instead of silently
-    replacing the first (two modules claiming one name is a bug, not an override).
+    replacing the first (two modules claiming one name is a bug, not an override). ``fn`` must
+    take every declared kwarg.
     """
 
     def deco(fn: Callable[..., Out]) -> Callable[..., Out]:
@@ -159,6 +161,11 @@ def register(
                 f"credit estimator {name!r} is already registered (by {prev.__module__}.{prev.__qualname__}); "
                 "choose another name"
             )
+        sig = inspect.signature(fn).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in sig.values()):
+            lacking = [k for k in params if k not in sig]
+            if lacking:
+                raise ValueError(f"credit estimator {name!r}: {fn.__qualname__} does not take kwarg(s) {lacking}")
         REGISTRY[name] = Spec(name, fn, dict(params), paper, requires or (lambda kw: frozenset()))
         return fn
 
@@ -166,6 +173,7 @@ def register(
 
 
 def lookup(name: str) -> Spec:
+    """The registered estimator ``name``; a one-line ValueError naming the valid ones otherwise."""
     if not isinstance(name, str) or name not in REGISTRY:
         raise ValueError(f"unknown credit estimator {name!r}; valid: {', '.join(REGISTRY)}")
     return REGISTRY[name]

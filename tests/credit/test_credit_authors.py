@@ -14,7 +14,7 @@ import pytest
 from credit_helpers import find, traj
 
 from agentrl.credit import compute, register, validate
-from agentrl.credit.registry import REGISTRY
+from agentrl.credit.registry import GAMMA, REGISTRY
 from agentrl.records import StepRecord
 
 D = 1e-6
@@ -288,6 +288,10 @@ def test_register_refuses_a_duplicate_name():
             register("_test_est", {}, "test")(lambda batch: None)
     finally:
         REGISTRY.pop("_test_est", None)
+    # a declared kwarg the function does not take is refused at registration, not at first use
+    with pytest.raises(ValueError, match=r"'_test_est2': .* does not take kwarg\(s\) \['gamma'\]"):
+        register("_test_est2", {"gamma": GAMMA}, "test")(lambda batch: None)
+    assert "_test_est2" not in REGISTRY
 
 
 # ----------------------------------------------------------------------------- against a direct loop
