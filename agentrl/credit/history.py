@@ -44,7 +44,7 @@ def _weighted_nonzero_mean(items: list[np.ndarray], log_w: np.ndarray) -> tuple[
     dividing num and den by c = max w turns delta into delta / c."""
     shift = float(log_w.max())
     w = np.exp(log_w - shift)
-    delta = parts.DELTA * np.exp(-shift)
+    delta = parts.DELTA * np.exp(min(-shift, 700.0))  # past e^700 delta swamps every weight: A = 0
     A = np.stack(items)
     valid = A != 0
     den = (w[:, None] * valid).sum(axis=0) + delta

@@ -267,6 +267,18 @@ def test_hgpo_drops_zero_items():
     assert res.step_advantages[find(recs, "c", 0)] == 0.0
 
 
+def test_hgpo_extreme_alpha():
+    recs = traj("g", "a", ["s", "u"], ["x", "y"], [0, 1]) + traj("g", "b", ["s", "u"], ["x", "z"], [0, 0])
+    # every level pairs a and b with returns {x, 0}: each item is +-.5 x / (.5 x + D) ~ +-1.
+    # alpha = 1000: the weights dwarf delta -> the weighted mean of +-1 items, +-1 (to 1e-5);
+    # alpha = -1000: weights 2^-1000 are dwarfed by delta -> about 2^-1000 / 1e-6 = 9.3e-296
+    with np.errstate(over="raise", divide="raise", invalid="raise"):  # underflow to 0 is fine
+        hi = compute("hgpo", recs, alpha=1000.0).step_advantages
+        lo = compute("hgpo", recs, alpha=-1000.0).step_advantages
+    assert hi.tolist() == pytest.approx([1, 1, -1, -1], abs=1e-5)
+    assert lo.tolist() == pytest.approx([2.0**-1000 / D * v for v in (1, 1, -1, -1)], rel=1e-5)
+
+
 def test_hgpo_pairs_keeps_the_reconstruction():
     recs = hgpo_batch()
     # hgpo_pairs keys on (obs, action) pairs: at t=1, u (prev action go) and v (look) split, so
