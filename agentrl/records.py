@@ -12,6 +12,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+REQUIRED_FIELDS = ("group_id", "traj_id", "t", "obs", "action", "reward", "done")
+"""Fields every step record carries: ``StepRecord`` has no default for them, ``StepRecord.from_dict``
+and ``agentrl.credit.Batch`` refuse a record without them. Every other field is optional."""
+
 
 @dataclass
 class StepRecord:
@@ -28,7 +32,7 @@ class StepRecord:
     action: str
     """Executed action text (the parsed <action> body; the raw response when malformed)."""
     reward: float
-    """Env reward received for this step."""
+    """Env reward received for this step (including any invalid-action penalty, see ``penalty``)."""
     done: bool
     """True on the last step of the trajectory (terminated or truncated)."""
     action_token_ids: list[int] | None = None
@@ -47,6 +51,10 @@ class StepRecord:
     """Episode success flag, set on every step of a won trajectory."""
     valid: bool = True
     """Whether the response held a well-formed action the env accepted."""
+    penalty: float = 0.0
+    """Invalid-action penalty already included in ``reward`` (>= 0; the env reward without it is
+    ``reward + penalty``). Credit estimators apply it as the reward (default) or, with
+    ``penalty="step"``, to this step only, as the GiGPO/HGPO authors' trainer does."""
     truncated: bool = False
     """True on the last step when the episode ended by step limit, context length or env error."""
     info: dict[str, Any] = field(default_factory=dict)
@@ -59,7 +67,7 @@ class StepRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepRecord:
         known = {f for f in cls.__dataclass_fields__}
-        missing = [k for k in ("group_id", "traj_id", "t", "obs", "action", "reward", "done") if k not in d]
+        missing = [k for k in REQUIRED_FIELDS if k not in d]
         if missing:
             raise ValueError(f"step record lacks required field(s) {missing}: {str(d)[:120]}")
         extra = {k: v for k, v in d.items() if k not in known}

@@ -18,12 +18,15 @@ from typing import Any
 
 import numpy as np
 
+from ..records import REQUIRED_FIELDS, StepRecord
+from . import estimators, history, rtmc, salt  # noqa: F401  (each registers its estimators)
 from .batch import Batch
-from .estimators import REGISTRY, CreditResult, lookup, resolve
+from .registry import REGISTRY, CreditResult, lookup, register, resolve
 
-__all__ = ["Batch", "CreditResult", "available", "compute", "describe", "requirements", "validate"]
+__all__ = ["Batch", "CreditResult", "available", "compute", "describe", "register", "requirements", "validate"]
 
-OPTIONAL_FIELDS = frozenset({"action_token_ids", "fingerprint", "state_sig", "action_sig"})
+OPTIONAL_FIELDS = frozenset(StepRecord.__dataclass_fields__) - frozenset(REQUIRED_FIELDS)
+"""Record fields an estimator may need beyond the required ones (agentrl.records holds the list)."""
 
 
 def available() -> list[str]:
@@ -37,8 +40,8 @@ def validate(name: str, **kwargs: Any) -> None:
 
 
 def requirements(name: str, **kwargs: Any) -> frozenset[str]:
-    """Optional record fields the estimator needs with these kwargs, a subset of
-    {"action_token_ids", "fingerprint", "state_sig", "action_sig"}.
+    """Optional record fields the estimator needs with these kwargs (today a subset of
+    {"action_token_ids", "fingerprint", "state_sig", "action_sig"}).
 
     rtmc lists state_sig/action_sig unless signature='history': it uses them when the env
     provides them and falls back to the cumulative action history otherwise.

@@ -1,4 +1,4 @@
-"""``python -m agentrl.credit compare ROLLOUTS.jsonl [...]`` (same as ``agentrl credit compare``)."""
+"""``python -m agentrl.credit compare ROLLOUTS [...]`` (same as ``agentrl credit compare``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "compare":
         print(
-            "usage: python -m agentrl.credit compare ROLLOUTS.jsonl [--estimators a,b,...] [--set EST.KW=V] [--json]",
+            "usage: python -m agentrl.credit compare ROLLOUTS(.jsonl|folder) [--estimators a,b,...] "
+            "[--set EST.KW=V] [--top N] [--dump FILE] [--plot PNG] [--json]",
             file=sys.stderr,
         )
         return 2

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-REQUIRED = ("group_id", "traj_id", "t", "obs", "action", "reward", "done")
+from ..records import REQUIRED_FIELDS as REQUIRED
 
 _MISSING = object()
 
@@ -270,12 +270,31 @@ class Batch:
         return self._ids(texts, self._act_table)
 
     # ------------------------------------------------------------------ returns
-    def returns_to_go(self, gamma: float) -> np.ndarray:
-        """R_t = sum_k gamma^k r_{t+k} inside each trajectory (BiPACE Sec. 3.1, RTMC Eq. 5)."""
-        key = ("rtg", float(gamma))
+    @property
+    def penalty(self) -> np.ndarray:
+        """Invalid-action penalty already inside each record's reward (the ``penalty`` field; 0
+        where absent), canonical order."""
+        if "penalty" not in self._cache:
+            arr = np.asarray([0.0 if p is None else p for p in self.field("penalty", 0.0)])
+            if arr.shape != (self.n,) or (self.n and arr.dtype.kind not in "biuf"):
+                raise ValueError("step record field 'penalty' must be a number on every record")
+            arr = arr.astype(np.float64)
+            if not np.isfinite(arr).all():
+                raise ValueError("step record field 'penalty' holds NaN or inf")
+            self._cache["penalty"] = arr
+        return self._cache["penalty"]
+
+    def env_reward(self, penalty_free: bool = False) -> np.ndarray:
+        """The records' rewards; ``penalty_free``: with the invalid-action penalty added back."""
+        return self.reward + self.penalty if penalty_free else self.reward
+
+    def returns_to_go(self, gamma: float, penalty_free: bool = False) -> np.ndarray:
+        """R_t = sum_k gamma^k r_{t+k} inside each trajectory (BiPACE Sec. 3.1, RTMC Eq. 5), of
+        :meth:`env_reward`."""
+        key = ("rtg", float(gamma), penalty_free)
         if key in self._cache:
             return self._cache[key]
-        R = self.reward.copy()
+        R = self.env_reward(penalty_free).copy()
         if self.n:
             # backward over trajectory depth; every level is one vectorized update
             by_rank = np.argsort(self.rank, kind="stable")
@@ -287,11 +306,13 @@ class Batch:
         self._cache[key] = R
         return R
 
-    def episode_return(self) -> np.ndarray:
-        """Undiscounted sum of rewards per trajectory, R(tau) of Eq. 1 (length n_traj)."""
-        if "ep_ret" not in self._cache:
-            self._cache["ep_ret"] = np.bincount(self.traj, weights=self.reward, minlength=self.n_traj)
-        return self._cache["ep_ret"]
+    def episode_return(self, penalty_free: bool = False) -> np.ndarray:
+        """Undiscounted sum of :meth:`env_reward` per trajectory, R(tau) of Eq. 1 (length n_traj)."""
+        key = ("ep_ret", penalty_free)
+        if key not in self._cache:
+            w = self.env_reward(penalty_free)
+            self._cache[key] = np.bincount(self.traj, weights=w, minlength=self.n_traj)
+        return self._cache[key]
 
     def traj_success(self) -> np.ndarray:
         """Per trajectory: the records' ``won`` flag where present, else episode return > 0."""

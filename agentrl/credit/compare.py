@@ -1,22 +1,36 @@
-"""``agentrl credit compare ROLLOUTS.jsonl [--estimators a,b,...]``
+"""``agentrl credit compare ROLLOUTS [--estimators a,b,...] [--dump FILE] [--plot PNG]``
 
-Runs several credit estimators on the same saved rollouts (JSONL of step records, the trainer's
-``save_rollouts`` output) and prints, per estimator, the share of steps with a nonzero step-level
-signal and its diagnostics, then the Spearman rank correlation of every pair's advantages.
-Estimators whose optional record fields are missing from the file are skipped with a note.
+Runs several credit estimators on the same saved rollouts (a JSONL of step records, the trainer's
+``save_rollouts`` output, or a folder of them: a whole run's ``rollouts/``) and prints, per
+estimator, the share of steps with a nonzero step-level signal, the share of that signal that
+comes from position alone (below) and its diagnostics; then, for every pair, the Spearman rank
+correlation and the sign agreement of their advantages; then the steps on which they disagree
+most. ``--dump`` writes every record's advantages (JSONL, or CSV by extension), ``--plot`` a
+figure. Estimators whose optional record fields are missing are skipped with a note.
+
+Position-only signal: in a group whose rollouts all have the same episode return, no rollout did
+better than another, so a nonzero step term there comes only from where a step sits in its
+episode (e.g. a per-step penalty discounted into R_t: on an all-invalid batch GiGPO still ranks
+early steps below late ones). ``position_only_frac`` is the share of an estimator's nonzero
+step-term records that lie in such groups; a flag is printed when it is above one half.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import available, compute, requirements, validate
-from .batch import Batch
+from .batch import Batch, sorted_rank
+
+POSITION_FLAG = 0.5
+"""position_only_frac above which the table flags an estimator."""
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -27,6 +41,223 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     if sa == 0 or sb == 0:
         return float("nan")
     return float(np.mean((ra - ra.mean()) * (rb - rb.mean())) / (sa * sb))
+
+
+def sign_agreement(a: np.ndarray, b: np.ndarray) -> float:
+    """Share of records whose advantages have the same sign (-, 0 or +) under both estimators."""
+    return float(np.mean(np.sign(a) == np.sign(b))) if len(a) else float("nan")
+
+
+def position_only_frac(batch: Batch, step_term_canonical: np.ndarray) -> float:
+    """Share of the nonzero step-term records that lie in groups whose rollouts all have the same
+    episode return (0 when no record has a step signal). ``step_term_canonical``: Batch order."""
+    R = batch.episode_return()
+    lo = np.full(batch.n_groups, np.inf)
+    hi = np.full(batch.n_groups, -np.inf)
+    np.minimum.at(lo, batch.traj_group, R)
+    np.maximum.at(hi, batch.traj_group, R)
+    flat = (lo == hi)[batch.group]
+    signal = np.abs(step_term_canonical) > 1e-12
+    return float(np.mean(flat[signal])) if signal.any() else 0.0
+
+
+def disagreements(records: list[dict], adv: dict[str, np.ndarray], top: int) -> list[dict[str, Any]]:
+    """The ``top`` records with the largest spread (max - min) of advantages across estimators."""
+    if len(adv) < 2 or top <= 0:
+        return []
+    A = np.stack(list(adv.values()))
+    spread = A.max(axis=0) - A.min(axis=0)
+    order = np.argsort(-spread, kind="stable")[:top]
+    out = []
+    for i in order.tolist():
+        r = records[i]
+        out.append(
+            {
+                "group_id": r["group_id"],
+                "traj_id": r["traj_id"],
+                "t": r["t"],
+                "obs": str(r["obs"])[:60],
+                "action": str(r["action"])[:40],
+                "spread": float(spread[i]),
+                "advantages": {n: float(a[i]) for n, a in adv.items()},
+            }
+        )
+    return out
+
+
+def load_rollouts(path: str | Path) -> list[dict[str, Any]]:
+    """Records of one JSONL file, or of every ``*.jsonl`` in a folder (a run's output folder:
+    its ``rollouts/``), files in natural order. With several files each one is a training batch:
+    its group and trajectory ids are prefixed with the file's name, so groups of different
+    iterations never mix (credit compares only inside a group)."""
+    from ..records import read_jsonl
+
+    p = Path(path)
+    if p.is_dir() and not any(p.glob("*.jsonl")) and (p / "rollouts").is_dir():
+        p = p / "rollouts"
+    if p.is_dir():
+        files = list(p.glob("*.jsonl"))
+        if not files:
+            raise ValueError(f"{path}: no *.jsonl files")
+        files = [files[i] for i in np.argsort(sorted_rank([f.name for f in files]), kind="stable")]
+    else:
+        files = [p]
+    records: list[dict[str, Any]] = []
+    for f in files:
+        recs = list(read_jsonl(f))
+        if not all(isinstance(r, dict) for r in recs):
+            raise ValueError(f"{f}: every line must be a JSON object")
+        if len(files) > 1:
+            for r in recs:
+                for k in ("group_id", "traj_id"):
+                    if k in r:
+                        r[k] = f"{f.stem}/{r[k]}"
+        records += recs
+    return records
+
+
+def run(
+    records: list[dict[str, Any]], names: list[str], kw: dict[str, dict[str, Any]], top: int = 5
+) -> dict[str, Any]:
+    """Compute every estimator on ``records``; returns results, skipped names, pairwise Spearman
+    and sign agreement, position-only shares and the top disagreements."""
+    batch = Batch.from_records(records)
+    present = {
+        f
+        for f in ("action_token_ids", "fingerprint", "state_sig", "action_sig")
+        if all(r.get(f) is not None for r in records)
+    }
+    results, skipped = {}, {}
+    for name in names:
+        need = requirements(name, **kw.get(name, {}))
+        # rtmc only prefers env signatures; it falls back to the action history by itself
+        lacking = sorted(need - present) if name != "rtmc" else []
+        if lacking:
+            skipped[name] = f"records lack {', '.join(lacking)}"
+            continue
+        results[name] = compute(name, batch, **kw.get(name, {}))
+    adv = {n: r.step_advantages for n, r in results.items()}
+    pairs = {a: {b: (adv[a], adv[b]) for b in adv} for a in adv}
+    return {
+        "results": results,
+        "skipped": skipped,
+        "spearman": {a: {b: _spearman(x, y) for b, (x, y) in row.items()} for a, row in pairs.items()},
+        "sign_agreement": {
+            a: {b: sign_agreement(x, y) for b, (x, y) in row.items()} for a, row in pairs.items()
+        },
+        "position_only": {n: position_only_frac(batch, r.step_term[batch.order]) for n, r in results.items()},
+        "disagreements": disagreements(records, adv, top),
+    }
+
+
+def dump(path: str | Path, records: list[dict], results: dict[str, Any]) -> None:
+    """One row per record (input order): its ids, then per estimator its advantage and step term
+    (columns ``NAME`` and ``NAME.step``). JSONL, or CSV when the name ends in .csv."""
+    rows = []
+    for i, r in enumerate(records):
+        row = {"group_id": r["group_id"], "traj_id": r["traj_id"], "t": r["t"]}
+        for n, res in results.items():
+            row[n] = float(res.step_advantages[i])
+            row[f"{n}.step"] = float(res.step_term[i])
+        rows.append(row)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", newline="") as f:
+        if p.suffix == ".csv":
+            w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["group_id", "traj_id", "t"])
+            w.writeheader()
+            w.writerows(rows)
+        else:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def mean_by_step(records: list[dict], adv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step indices t present and the mean advantage at each (the plot's right panel)."""
+    t = np.asarray([r["t"] for r in records], dtype=np.int64)
+    ts, inv = np.unique(t, return_inverse=True)
+    return ts, np.bincount(inv, weights=adv) / np.bincount(inv)
+
+
+def plot(path: str | Path, records: list[dict], results: dict[str, Any]) -> None:
+    """Left: histogram of each estimator's advantages; right: mean advantage by step index."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (h, m) = plt.subplots(1, 2, figsize=(11, 4))
+    for n, res in results.items():
+        h.hist(res.step_advantages, bins=40, histtype="step", label=n)
+        ts, mean = mean_by_step(records, res.step_advantages)
+        m.plot(ts, mean, marker=".", label=n)
+    h.set(xlabel="advantage", ylabel="records", title="advantages")
+    m.set(xlabel="step t", ylabel="mean advantage", title="mean advantage by step")
+    m.axhline(0.0, color="gray", lw=0.5)
+    h.legend(fontsize=7)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _fmt(v: float) -> str:
+    return "nan" if np.isnan(v) else format(v, ".3f")
+
+
+def _print_tables(out: dict[str, Any], n_records: int, source: str) -> None:
+    res = out["results"]
+    print(f"{n_records} step records from {source}\n")
+    print(f"{'estimator':<12} {'nonzero step signal':>20} {'position only':>14}  diagnostics")
+    for n, r in res.items():
+        d = ", ".join(f"{k}={v:.4g}" for k, v in r.diagnostics.items() if k != "step_signal_frac")
+        pos = out["position_only"][n]
+        flag = " !" if pos > POSITION_FLAG else ""
+        print(f"{n:<12} {r.diagnostics['step_signal_frac']:>20.3f} {pos:>12.3f}{flag:<2}  {d}")
+    for n, why in out["skipped"].items():
+        print(f"{n:<12} {'skipped':>20}  {why}")
+    if any(p > POSITION_FLAG for p in out["position_only"].values()):
+        print(
+            f"! more than {POSITION_FLAG:.0%} of the step signal lies in groups with equal episode returns: "
+            "it comes from position in the episode, not from outcomes"
+        )
+    names = list(res)
+    for title, key in (("Spearman rank correlation", "spearman"), ("sign agreement", "sign_agreement")):
+        if names:
+            print(f"\n{title} of step advantages")
+            print(" " * 12 + "".join(f"{n[:11]:>12}" for n in names))
+            for a in names:
+                print(f"{a:<12}" + "".join(f"{_fmt(out[key][a][b]):>12}" for b in names))
+    if out["disagreements"]:
+        print("\nsteps with the largest spread of advantages")
+        for d in out["disagreements"]:
+            vals = ", ".join(f"{n}={v:+.3f}" for n, v in d["advantages"].items())
+            print(f"  {d['traj_id']} t={d['t']} spread={d['spread']:.3f}: {vals} | obs {d['obs']!r}")
+
+
+def _json(out: dict[str, Any], n_records: int) -> str:
+    def clean(m: dict) -> dict:
+        return {
+            a: {b: (None if np.isnan(v) else round(v, 4)) for b, v in row.items()} for a, row in m.items()
+        }
+
+    return json.dumps(
+        {
+            "records": n_records,
+            "estimators": {
+                n: {
+                    "step_signal_frac": r.diagnostics["step_signal_frac"],
+                    "position_only_frac": out["position_only"][n],
+                    "diagnostics": r.diagnostics,
+                }
+                for n, r in out["results"].items()
+            },
+            "skipped": out["skipped"],
+            "spearman": clean(out["spearman"]),
+            "sign_agreement": clean(out["sign_agreement"]),
+            "disagreements": out["disagreements"],
+        },
+        indent=1,
+    )
 
 
 def _parse_kw(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -43,44 +274,29 @@ def _parse_kw(items: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run(records: list[dict[str, Any]], names: list[str], kw: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Compute every estimator on ``records``; returns results, skipped names and correlations."""
-    batch = Batch.from_records(records)
-    present = {
-        f
-        for f in ("action_token_ids", "fingerprint", "state_sig", "action_sig")
-        if all(r.get(f) is not None for r in records)
-    }
-    results, skipped = {}, {}
-    for name in names:
-        need = requirements(name, **kw.get(name, {}))
-        # rtmc only prefers env signatures; it falls back to the action history by itself
-        lacking = sorted(need - present) if name != "rtmc" else []
-        if lacking:
-            skipped[name] = f"records lack {', '.join(lacking)}"
-            continue
-        results[name] = compute(name, batch, **kw.get(name, {}))
-    corr = {
-        a: {b: _spearman(results[a].step_advantages, results[b].step_advantages) for b in results}
-        for a in results
-    }
-    return {"results": results, "skipped": skipped, "spearman": corr}
-
-
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="agentrl credit compare",
         description="Compare credit estimators on saved rollouts (JSONL step records).",
     )
-    ap.add_argument("rollouts", help="JSONL file of step records (one JSON object per line)")
+    ap.add_argument("rollouts", help="JSONL file of step records, or a folder of them (a run's rollouts/)")
     ap.add_argument(
         "--estimators", default=None, help=f"comma-separated names (default: all of {', '.join(available())})"
     )
     ap.add_argument(
         "--set", action="append", default=[], metavar="EST.KWARG=VALUE", help="estimator kwarg, repeatable"
     )
+    ap.add_argument("--top", type=int, default=5, help="how many most-disputed steps to list (default 5)")
+    ap.add_argument(
+        "--dump", default=None, metavar="FILE", help="write per-record advantages (.jsonl or .csv)"
+    )
+    ap.add_argument("--plot", default=None, metavar="PNG", help="write a figure of the advantages")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         names = (
             [s.strip() for s in args.estimators.split(",") if s.strip()] if args.estimators else available()
@@ -91,57 +307,24 @@ def main(argv: list[str] | None = None) -> int:
         for n in kw:
             if n not in names:
                 raise ValueError(f"--set names estimator {n!r}, which is not among --estimators")
-        from ..records import read_jsonl
-
-        records = list(read_jsonl(args.rollouts))
+        if args.top < 0:
+            raise ValueError(f"--top must be >= 0, got {args.top}")
+        records = load_rollouts(args.rollouts)
         if not records:
             raise ValueError(f"{args.rollouts}: no step records")
-        if not all(isinstance(r, dict) for r in records):
-            raise ValueError(f"{args.rollouts}: every line must be a JSON object")
-        out = run(records, names, kw)
+        out = run(records, names, kw, args.top)
+        if args.dump:
+            dump(args.dump, records, out["results"])
+        if args.plot:
+            plot(args.plot, records, out["results"])
     except (OSError, ValueError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"agentrl credit compare: error: {msg}", file=sys.stderr)
         return 2
-    res, corr = out["results"], out["spearman"]
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "records": len(records),
-                    "estimators": {
-                        n: {
-                            "step_signal_frac": r.diagnostics["step_signal_frac"],
-                            "diagnostics": r.diagnostics,
-                        }
-                        for n, r in res.items()
-                    },
-                    "skipped": out["skipped"],
-                    "spearman": {
-                        a: {b: (None if np.isnan(v) else round(v, 4)) for b, v in row.items()}
-                        for a, row in corr.items()
-                    },
-                },
-                indent=1,
-            )
-        )
-        return 0
-    print(f"{len(records)} step records from {args.rollouts}\n")
-    print(f"{'estimator':<12} {'nonzero step signal':>20}  diagnostics")
-    for n, r in res.items():
-        d = ", ".join(f"{k}={v:.4g}" for k, v in r.diagnostics.items() if k != "step_signal_frac")
-        print(f"{n:<12} {r.diagnostics['step_signal_frac']:>20.3f}  {d}")
-    for n, why in out["skipped"].items():
-        print(f"{n:<12} {'skipped':>20}  {why}")
-    if res:
-        print("\nSpearman rank correlation of step advantages")
-        names_ok = list(res)
-        print(" " * 12 + "".join(f"{n[:11]:>12}" for n in names_ok))
-        for a in names_ok:
-            cells = "".join(
-                f"{'nan' if np.isnan(corr[a][b]) else format(corr[a][b], '.3f'):>12}" for b in names_ok
-            )
-            print(f"{a:<12}{cells}")
+        print(_json(out, len(records)))
+    else:
+        _print_tables(out, len(records), args.rollouts)
     return 0
 
 

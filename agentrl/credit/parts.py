@@ -24,6 +24,9 @@ DELTA = 1e-6
 """delta in the std denominators of BiPACE Eqs. 1-2 (as verl/GiGPO)."""
 
 NORMS = ("mean_std", "mean")
+EPISODE_STATS = ("rollouts", "steps")
+EPISODE_SINGLETON = ("zero", "raw")
+PENALTY_MODES = ("reward", "step")
 
 
 # ============================================================================ state keyers
@@ -46,6 +49,24 @@ def keys_history(batch: Batch, K: int) -> list[np.ndarray]:
     levels = [key_obs(batch)]
     for k in range(1, K + 1):
         levels.append(factorize_rows(levels[-1], batch.lag("obs", k), batch.lag("act", k))[0])
+    return levels
+
+
+def keys_obs_sequence(batch: Batch, K: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The HGPO authors' levels k = 1..K+1: (key, member mask) per level.
+
+    Level k keys a record by its group and its last k observations (obs_{t-k+1..t}, no actions);
+    a record with fewer than k observations so far (t < k-1, or a shorter explicit ``history``)
+    is not a member of level k (no padding). Level 1 is GiGPO's observation key.
+    """
+    levels = []
+    key, member = key_obs(batch), np.ones(batch.n, dtype=bool)
+    levels.append((key, member))
+    for j in range(1, K + 1):
+        prev = batch.lag("obs", j)
+        member = member & (prev >= 0)
+        key = factorize_rows(key, prev)[0]
+        levels.append((key, member))
     return levels
 
 
@@ -146,8 +167,9 @@ class KeyStats:
     std: np.ndarray
 
 
-def key_stats(x: np.ndarray, key: np.ndarray) -> KeyStats:
-    """Mean and std (ddof=1, as torch.std in verl/TRL; 0 for single members) per key."""
+def key_stats(x: np.ndarray, key: np.ndarray, ddof: int = 1) -> KeyStats:
+    """Mean and std per key: sample std (ddof=1, as torch.std in verl/TRL; 0 for single members)
+    or population std (ddof=0, HGPO's levels)."""
     nk = int(key.max()) + 1 if len(key) else 0
     n = np.bincount(key, minlength=nk).astype(np.float64)
     first = np.full(nk, len(key), dtype=np.int64)
@@ -159,7 +181,7 @@ def key_stats(x: np.ndarray, key: np.ndarray) -> KeyStats:
     mean = ref + mean_d
     dev = d - mean_d[key]
     ss = np.bincount(key, weights=dev * dev, minlength=nk)
-    std = np.sqrt(np.divide(ss, n - 1, out=np.zeros(nk), where=n > 1))
+    std = np.sqrt(np.divide(ss, n - ddof, out=np.zeros(nk), where=n > ddof))
     return KeyStats(n, ref, ssum, mean, std)
 
 
@@ -168,14 +190,15 @@ def check_norm(norm: str) -> None:
         raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
 
 
-def normalized(x: np.ndarray, key: np.ndarray, norm: str) -> np.ndarray:
+def normalized(x: np.ndarray, key: np.ndarray, norm: str, ddof: int = 1) -> np.ndarray:
     """(x - mean_key) / (std_key + delta) for norm='mean_std', x - mean_key for 'mean' (Eq. 2).
 
-    A key with one member gets exactly 0 (BiPACE Eq. C.3: singletons carry no signal).
+    A key with one member gets exactly 0 (BiPACE Eq. C.3: singletons carry no signal). ``ddof``: the
+    std's, 1 (sample, default) or 0 (population).
     """
     if len(x) == 0:
         return np.zeros(0)
-    s = key_stats(x, key)
+    s = key_stats(x, key, ddof)
     dev = (x - s.ref[key]) - s.ssum[key] / s.n[key]
     if norm == "mean_std":
         dev = dev / (s.std[key] + DELTA)
@@ -257,9 +280,61 @@ def episode_advantage(batch: Batch, scale: str) -> np.ndarray:
     raise ValueError(f"scale must be one of ('group', 'batch', 'none'), got {scale!r}")
 
 
-def combine(batch: Batch, a_ep_traj: np.ndarray, a_step: np.ndarray, w: float) -> np.ndarray:
-    """A = A_ep + w * A_step, the episode term broadcast to the trajectory's steps (Eq. 8)."""
-    return a_ep_traj[batch.traj] + w * a_step
+def step_penalty(batch: Batch, penalty: str) -> np.ndarray:
+    """Per record, the penalty taken off that step alone: the record's ``penalty`` field when
+    penalty='step', else 0 (the penalty then stays inside the reward)."""
+    if penalty not in PENALTY_MODES:
+        raise ValueError(f"penalty must be one of {PENALTY_MODES}, got {penalty!r}")
+    return batch.penalty if penalty == "step" else np.zeros(batch.n)
+
+
+def step_returns(batch: Batch, gamma: float, penalty: str) -> np.ndarray:
+    """R_t of every record. penalty='reward': returns-to-go of the rewards as recorded;
+    'step': returns-to-go of the env rewards without penalties, minus the step's own penalty (the
+    GiGPO/HGPO authors' trainer: a penalty is never discounted into earlier steps)."""
+    p = step_penalty(batch, penalty)
+    return batch.returns_to_go(gamma, penalty_free=penalty == "step") - p
+
+
+def episode_scores(batch: Batch, penalty: str) -> tuple[np.ndarray, np.ndarray]:
+    """R(tau) per rollout (penalty-free with penalty='step') and each record's score
+    s_i = R(tau) - p_i (p_i: its own penalty with penalty='step', else 0)."""
+    R = batch.episode_return(penalty_free=penalty == "step")
+    return R, R[batch.traj] - step_penalty(batch, penalty)
+
+
+def episode_term(batch: Batch, norm: str, stats: str, singleton: str, penalty: str) -> np.ndarray:
+    """The episode term A_ep per record (BiPACE Eq. 1 and the authors' variants, README.md).
+
+    Each record's score is s_i = R(tau) - p_i (p_i: its own penalty with penalty='step', else 0).
+    stats='rollouts': mean and sample std over the group's rollouts' R(tau) (Eq. 1);
+    'steps': over the scores of all the group's records, so a rollout counts once per step.
+    A = (s_i - mean) / (std + delta), or s_i - mean for norm='mean'. A group with one value:
+    singleton='zero' gives 0; 'raw' uses mean 0 and std 1 (s_i / (1 + delta), or s_i).
+    """
+    check_norm(norm)
+    if stats not in EPISODE_STATS or singleton not in EPISODE_SINGLETON:
+        raise ValueError(f"episode stats/singleton must be in {EPISODE_STATS} / {EPISODE_SINGLETON}")
+    R, s = episode_scores(batch, penalty)
+    if stats == "rollouts":
+        ks, key = key_stats(R, batch.traj_group), batch.group
+    else:
+        ks, key = key_stats(s, batch.group), batch.group
+    n = ks.n[key]
+    # around the key's reference value: equal scores give exactly 0
+    a = (s - ks.ref[key]) - np.divide(ks.ssum[key], n, out=np.zeros(batch.n), where=n > 0)
+    std = ks.std[key]
+    if singleton == "raw":
+        a = np.where(n == 1, s, a)
+        std = np.where(n == 1, 1.0, std)
+    if norm == "mean_std":
+        a = a / (std + DELTA)
+    return a
+
+
+def combine(a_ep: np.ndarray, a_step: np.ndarray, w: float) -> np.ndarray:
+    """A = A_ep + w * A_step per record (BiPACE Eq. 8)."""
+    return a_ep + w * a_step
 
 
 # ============================================================================ diagnostics

@@ -360,12 +360,16 @@ def _apply_turn(s: _Slot, comp: list[int], fp, tokenizer, prefill, context_mode,
         return
     action = info.get("action") or parse_action(response) or response
     valid = bool(info.get("action_valid", parse_action(response) is not None))
+    # the env's invalid-action penalty, already inside ``reward`` (credit's penalty="step" needs it)
+    base_env = getattr(s.env, "unwrapped", s.env)
+    penalty = 0.0 if valid else float(getattr(base_env, "invalid_action_penalty", 0.0))
     rec = StepRecord(
         group_id=ep.group_id, traj_id=ep.traj_id, t=s.t, obs=s.obs, action=action,
         reward=float(reward), done=False, action_token_ids=list(comp),
         fingerprint=[float(x) for x in fp] if fp is not None else None,
         state_sig=prev_info.get("state_sig"), action_sig=info.get("action_sig"),
-        task_family=ep.task_family, valid=valid, info={"prompt_tokens": len(s.pending_prompt or [])},
+        task_family=ep.task_family, valid=valid, penalty=penalty,
+        info={"prompt_tokens": len(s.pending_prompt or [])},
     )
     ep.steps.append(rec)
     ep.return_ += float(reward)

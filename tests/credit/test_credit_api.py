@@ -19,12 +19,13 @@ NAMES = [
     "grpo",
     "rloo",
     "gigpo",
-    "hgpo",
     "bigpo",
     "pace_diff",
     "pace_q",
     "bipace_q",
     "bipace_diff",
+    "hgpo",
+    "hgpo_pairs",
     "rtmc",
     "salt",
 ]
@@ -140,16 +141,32 @@ def test_empty_and_bad_records():
 
 
 def test_explicit_history_field_is_used():
-    # record t=1 of 'b' claims a history equal to 'a''s: HGPO level-1 groups then put them together
+    # record t=1 of 'b' claims a history equal to 'a''s: hgpo_pairs' level-1 groups then put them together
     recs = traj("g", "a", ["o1", "S"], ["x", "u"], [0, 1]) + traj("g", "b", ["o2", "S"], ["y", "u"], [0, 0])
-    derived = compute("hgpo", recs, K=1, norm="mean", gamma=1.0)
+    derived = compute("hgpo_pairs", recs, K=1, norm="mean", gamma=1.0)
     recs[3]["history"] = [("o1", "x")]
-    explicit = compute("hgpo", recs, K=1, norm="mean", gamma=1.0)
+    explicit = compute("hgpo_pairs", recs, K=1, norm="mean", gamma=1.0)
     # derived: level 1 splits S into singletons, only level 0 counts: step term +-0.5
     # explicit: level 1 also pairs them: (1*.5 + 2*.5)/3 = .5, same value but via both levels
     assert derived.diagnostics["hgpo_k1_singleton_frac"] == 1.0
     assert explicit.diagnostics["hgpo_k1_singleton_frac"] == pytest.approx(2 / 3)
     assert explicit.step_term[1] == pytest.approx(0.5)
+
+
+def test_explicit_history_field_is_used_by_hgpo():
+    # HGPO's level 2 keys on the last two observations: derived, S at t=1 has (o1, S) vs (o2, S)
+    # -> two singletons; with b's explicit history [("o1", "x")] both are (o1, S): one pair
+    recs = traj("g", "a", ["o1", "S"], ["x", "u"], [0, 1]) + traj("g", "b", ["o2", "S"], ["y", "u"], [0, 0])
+    derived = compute("hgpo", recs, K=1, norm="mean", gamma=1.0)
+    recs[3]["history"] = [("o1", "x")]
+    explicit = compute("hgpo", recs, K=1, norm="mean", gamma=1.0)
+    # level-2 members: the two t=1 records; derived: 2 keys of 1, explicit: 1 key of 2
+    assert derived.diagnostics["hgpo_k2_singleton_frac"] == 1.0
+    assert explicit.diagnostics["hgpo_k2_singleton_frac"] == 0.0
+    # S at t=1, R = [1, 0]: level 1 and level 2 both give +-0.5 (mean norm):
+    # derived (2 * .5) / (2 + 1e-6); explicit (2 * .5 + 3 * .5) / (5 + 1e-6)
+    assert derived.step_term[1] == pytest.approx(1.0 / (2 + 1e-6), rel=1e-12)
+    assert explicit.step_term[1] == pytest.approx(2.5 / (5 + 1e-6), rel=1e-12)
 
 
 def test_compare_cli(tmp_path, capsys):
@@ -207,7 +224,8 @@ def test_bench_smoke(capsys):
     assert bench_main(["credit", "--records", "400", "--repeats", "1", "--dim", "8", "--json"]) == 0
     js = json.loads(capsys.readouterr().out)
     rows = {r["estimator"] for r in js["results"]}
-    assert set(NAMES) <= rows and all(r["seconds"] >= 0 for r in js["results"])
+    # hgpo_pairs (new name) joins agentrl/bench.py's CREDIT_CASES with the lead's merge
+    assert set(NAMES) - {"hgpo_pairs"} <= rows and all(r["seconds"] >= 0 for r in js["results"])
     assert credit.compute("gigpo", []).diagnostics == {}
 
 

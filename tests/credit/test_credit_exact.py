@@ -113,9 +113,9 @@ def hgpo_batch():
     )
 
 
-def test_hgpo_hierarchy():
+def test_hgpo_pairs_hierarchy():
     recs = hgpo_batch()
-    res = compute("hgpo", recs, gamma=1.0, norm="mean", K=1, alpha=1.0)
+    res = compute("hgpo_pairs", recs, gamma=1.0, norm="mean", K=1, alpha=1.0)
     # weights w_0 = 1, w_1 = 2. Episode term (mean): returns [1, 0, 1], mean 2/3 -> [1/3, -2/3, 1/3]
     # t=0: level 0 groups A {t1: 1, t2: 0} (A0 = +-0.5), B {t3} singleton; level 1 adds the empty
     #      history, same groups -> A1 = +-0.5: t1 (1*.5 + 2*.5)/3 = 0.5, t2 -0.5, t3 0 (no valid level)
@@ -138,9 +138,9 @@ def test_hgpo_hierarchy():
     assert res.diagnostics["hgpo_k1_singleton_frac"] == approx(2 / 4)  # level-1 groups: {t1,t2}x2, {t3}x2
 
 
-def test_hgpo_alpha_zero_is_plain_average():
+def test_hgpo_pairs_alpha_zero_is_plain_average():
     recs = hgpo_batch()
-    res = compute("hgpo", recs, gamma=1.0, norm="mean", K=1, alpha=0.0)
+    res = compute("hgpo_pairs", recs, gamma=1.0, norm="mean", K=1, alpha=0.0)
     # equal weights: t1 step 1 = (1/3 + 1/2) / 2 = 5/12
     assert res.step_term[find(recs, "t1", 1)] == approx(5 / 12)
 
@@ -436,12 +436,12 @@ def test_bad_numbers_are_refused():
     ).step_advantages.tolist()
 
 
-def test_hgpo_extreme_alpha_is_finite():
+def test_hgpo_pairs_extreme_alpha_is_finite():
     recs = traj("g", "a", ["s", "u"], ["x", "y"], [0, 1]) + traj("g", "b", ["s", "u"], ["x", "z"], [0, 0])
     # both trajectories share every history prefix (s at t=0; (s, x) then u at t=1), so every
     # level groups the same records and any weighting gives GiGPO's step term
     gigpo_step = compute("gigpo", recs).step_term
     for alpha in (-1000.0, 1000.0):
-        res = compute("hgpo", recs, alpha=alpha)
+        res = compute("hgpo_pairs", recs, alpha=alpha)
         assert np.isfinite(res.step_advantages).all()
         assert res.step_term == approx(gigpo_step)

@@ -60,7 +60,9 @@ CASES = [(n, {}) for n in available()] + [
     ("bipace_q", {"eps": "auto"}),
     ("salt", {"match": "embedding", "sim_threshold": 0.9}),
     ("rtmc", {"signature": "history", "std_norm": True}),
-    ("hgpo", {"K": 3, "alpha": 2.0, "norm": "mean"}),
+    ("hgpo_pairs", {"K": 3, "alpha": 2.0, "norm": "mean"}),
+    ("hgpo", {"K": 3, "alpha": 2.0, "norm": "mean", "base_group": True, "episode_stats": "rollouts"}),
+    ("gigpo", {"episode_stats": "steps", "episode_singleton": "raw", "penalty": "step"}),
 ]
 
 
@@ -133,9 +135,9 @@ def test_bigpo_obs_hash_eps0_equals_gigpo(recs):
 
 @SETTINGS
 @given(batches())
-def test_hgpo_k0_equals_gigpo(recs):
+def test_hgpo_pairs_k0_equals_gigpo(recs):
     # with only level 0 the hierarchy is GiGPO's observation grouping (weights cancel)
-    assert np.array_equal(compute("hgpo", recs, K=0).step_advantages, compute("gigpo", recs).step_advantages)
+    assert np.array_equal(compute("hgpo_pairs", recs, K=0).step_advantages, compute("gigpo", recs).step_advantages)
 
 
 @SETTINGS

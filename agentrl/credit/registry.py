@@ -1,0 +1,198 @@
+"""The estimator registry: each estimator is a function ``(batch, **kwargs) -> (advantages,
+step term, diagnostics)`` registered next to its definition with :func:`register`, which declares
+its kwargs (:class:`Param`: default, doc, check) and the paper it implements.
+
+Also the kwargs shared by several families: ``gamma``, the combiner's ``w`` and ``norm``, and the
+episode term's ``episode_stats``, ``episode_singleton`` and ``penalty`` (README.md, "Episode term").
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import parts
+
+
+@dataclass
+class CreditResult:
+    """What :func:`agentrl.credit.compute` returns."""
+
+    step_advantages: np.ndarray
+    """float64 advantage per record, aligned with the input order."""
+    diagnostics: dict[str, float]
+    """Plain-named floats (the trainer logs them as credit/<key>)."""
+    step_term: np.ndarray
+    """The step-level part of the advantage per record (input order): A_step for A_ep + w*A_step
+    estimators, Q-V for RTMC, the SALT change to the base advantage, zeros for GRPO/RLOO."""
+    name: str = ""
+    """Estimator name."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """The full kwargs used, defaults filled in (eps resolved when eps='auto')."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One estimator kwarg: default, kind (for validation) and docstring."""
+
+    default: Any
+    doc: str
+    kind: str  # float | int | bool | choice | eps | callable
+    choices: tuple[Any, ...] = ()
+    lo: float | None = None
+    hi: float | None = None
+
+    def check(self, est: str, key: str, v: Any) -> Any:
+        def bad(msg: str) -> ValueError:
+            return ValueError(f"credit estimator {est!r}: kwarg {key}={v!r} {msg}")
+
+        is_num = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+        if self.kind == "choice":
+            if v not in self.choices:
+                raise bad(f"must be one of {', '.join(map(repr, self.choices))}")
+            return v
+        if self.kind == "bool":
+            if not isinstance(v, (bool, np.bool_)):
+                raise bad("must be true or false")
+            return bool(v)
+        if self.kind == "callable":
+            if v is not None and not callable(v):
+                raise bad("must be a callable (list[str] -> array of shape (n, d)) or None")
+            return v
+        if self.kind == "eps" and v == "auto":
+            return v
+        if self.kind == "int":
+            if not (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))):
+                raise bad("must be an integer")
+            v = int(v)
+        else:
+            if not is_num:
+                raise bad("must be a number" + (" or 'auto'" if self.kind == "eps" else ""))
+            v = float(v)
+            if not math.isfinite(v):
+                raise bad("must be finite")
+        if self.lo is not None and v < self.lo or self.hi is not None and v > self.hi:
+            raise bad(f"must be in [{self.lo}, {self.hi}]")
+        return v
+
+
+GAMMA = Param(0.95, "discount for returns-to-go R_t (BiPACE App. I: 0.95)", "float", lo=0.0, hi=1.0)
+W = Param(
+    1.0, "weight of the step term in A_ep + w * A_step (GiGPO/BiPACE Eq. 8); 0 leaves A_ep only", "float"
+)
+NORM = Param(
+    "mean_std",
+    "'mean_std': (x - mean) / (std + 1e-6) (Eqs. 1-2); 'mean': x - mean. Applied to both terms",
+    "choice",
+    parts.NORMS,
+)
+NGRAM = Param(3, "n of the hash_ngram embedder's character n-grams", "int", lo=1, hi=8)
+HASH_DIM = Param(1024, "buckets of the hash_ngram embedder (a power of two)", "int", lo=2, hi=2**20)
+
+
+def episode_params(stats: str = "rollouts", singleton: str = "zero") -> dict[str, Param]:
+    """The episode term's kwargs (README.md, "Episode term"); defaults: the papers' Eq. 1."""
+    return {
+        "episode_stats": Param(
+            stats,
+            "statistics of the episode term: 'rollouts' (each rollout's return once, BiPACE Eq. 1) or "
+            "'steps' (once per step it has, as the GiGPO/HGPO authors' code)",
+            "choice",
+            parts.EPISODE_STATS,
+        ),
+        "episode_singleton": Param(
+            singleton,
+            "a group with one score: 'zero' (no signal, Eq. C.3) or 'raw' (mean 0, std 1: the score itself, "
+            "as the authors' code)",
+            "choice",
+            parts.EPISODE_SINGLETON,
+        ),
+        "penalty": Param(
+            "reward",
+            "invalid-action penalty (record field 'penalty'): 'reward' (an ordinary reward, discounted into "
+            "earlier steps) or 'step' (taken off that step's episode score and return only, as the "
+            "authors' trainer)",
+            "choice",
+            parts.PENALTY_MODES,
+        ),
+    }
+
+
+# ============================================================================ registry
+Out = tuple[np.ndarray, np.ndarray, dict[str, float]]  # advantages, step term, diagnostics
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A registered estimator."""
+
+    name: str
+    fn: Callable[..., Out]
+    params: dict[str, Param]
+    paper: str
+    requires: Callable[[dict[str, Any]], frozenset[str]] = lambda kw: frozenset()
+
+
+REGISTRY: dict[str, Spec] = {}
+
+
+def register(
+    name: str,
+    params: dict[str, Param],
+    paper: str,
+    requires: Callable[[dict[str, Any]], frozenset[str]] | None = None,
+) -> Callable[[Callable[..., Out]], Callable[..., Out]]:
+    """Decorator: register ``fn`` as estimator ``name`` (verl's ``@register_adv_est`` style).
+
+    A name can be registered once: a second registration raises ValueError instead of silently
+    replacing the first (two modules claiming one name is a bug, not an override). ``fn`` must
+    take every declared kwarg.
+    """
+
+    def deco(fn: Callable[..., Out]) -> Callable[..., Out]:
+        if name in REGISTRY:
+            prev = REGISTRY[name].fn
+            raise ValueError(
+                f"credit estimator {name!r} is already registered (by {prev.__module__}.{prev.__qualname__}); "
+                "choose another name"
+            )
+        sig = inspect.signature(fn).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in sig.values()):
+            lacking = [k for k in params if k not in sig]
+            if lacking:
+                raise ValueError(f"credit estimator {name!r}: {fn.__qualname__} does not take kwarg(s) {lacking}")
+        REGISTRY[name] = Spec(name, fn, dict(params), paper, requires or (lambda kw: frozenset()))
+        return fn
+
+    return deco
+
+
+def lookup(name: str) -> Spec:
+    """The registered estimator ``name``; a one-line ValueError naming the valid ones otherwise."""
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ValueError(f"unknown credit estimator {name!r}; valid: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def resolve(name: str, kwargs: dict[str, Any]) -> tuple[Spec, dict[str, Any]]:
+    """Spec and full kwargs (defaults filled, values checked); one-line ValueError otherwise."""
+    spec = lookup(name)
+    unknown = [k for k in kwargs if k not in spec.params]
+    if unknown:
+        raise ValueError(
+            f"unknown kwarg(s) {', '.join(map(repr, unknown))} for credit estimator {name!r}; "
+            f"valid kwargs: {', '.join(spec.params)}"
+        )
+    full = {k: p.default for k, p in spec.params.items()}
+    for k, v in kwargs.items():
+        full[k] = spec.params[k].check(name, k, v)
+    if "hash_dim" in full and full["hash_dim"] & (full["hash_dim"] - 1):
+        raise ValueError(
+            f"credit estimator {name!r}: kwarg hash_dim={full['hash_dim']} must be a power of two"
+        )
+    return spec, full
