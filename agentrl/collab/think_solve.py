@@ -11,6 +11,7 @@ from __future__ import annotations
 from .spec import Collaboration, Role, counterfactual, validate
 
 ANSWER_FORMAT = "Output the final answer within \\boxed{}."
+"""The closing instruction of every answering prompt (the authors' training prompts end so)."""
 
 THINKER_TEMPLATE = (
     "You are the Thinker in a two-person team. Read the problem below and write the key idea "
@@ -20,11 +21,10 @@ THINKER_TEMPLATE = (
 )
 SOLVER_TEMPLATE = (
     "You are the Solver in a two-person team. The Thinker has written a plan for the problem "
-    "below. Check the plan, use it where it is right, solve the problem step by step. "
-    + ANSWER_FORMAT
-    + "\n\nProblem:\n{problem}\n\nThinker's plan:\n{thinker}"
+    "below.\n\nProblem:\n{problem}\n\nThinker's plan:\n{thinker}\n\nCheck the plan, use what is "
+    "right in it and solve the problem step by step. " + ANSWER_FORMAT
 )
-SOLO_TEMPLATE = "Solve the problem below step by step. " + ANSWER_FORMAT + "\n\nProblem:\n{problem}"
+SOLO_TEMPLATE = "Problem:\n{problem}\n\nSolve the problem step by step. " + ANSWER_FORMAT
 
 
 def think_solve(thinker_policy: str = "thinker", solver_policy: str = "solver") -> Collaboration:
