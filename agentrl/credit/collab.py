@@ -195,7 +195,8 @@ class CcpoState:
 def ccpo_gate(stat: EmaStat, eta: float = 1.0, eps: float = EPS) -> float:
     """g = sigmoid(eta mu_Delta / (sigma_Delta + eps)) (App. C.2): trust in the joint reward."""
     u = eta * stat.mean / (stat.sigma + eps)
-    return 1.0 / (1.0 + math.exp(-u))
+    # sigma can be ~1e-3 (VAR_FLOOR), so |u| reaches thousands: keep exp's argument <= 0
+    return 1.0 / (1.0 + math.exp(-u)) if u >= 0 else math.exp(u) / (1.0 + math.exp(u))
 
 
 def ccpo(

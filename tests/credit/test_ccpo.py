@@ -164,6 +164,9 @@ def test_ccpo_alpha_eta_and_variance_floor():
     assert c.rewards["thinker"].tolist() == [approx(math.tanh(2 * z[0])), approx(math.tanh(2 * z[1]))]
     assert ccpo_gate(st.delta, eta=3.0) == approx(sig(3 / (1 + D)))  # 0.952574
     assert c.diagnostics["ccpo_gate"] == approx(0.952574)
+    # a tiny sigma makes |eta mu / sigma| huge: the gate saturates without overflow
+    assert ccpo_gate(EmaStat(-2.0, 2e-6, 10, 3)) == approx(0.0)
+    assert ccpo_gate(EmaStat(2.0, 2e-6, 10, 3)) == 1.0
 
 
 def test_ccpo_is_pure_and_state_round_trips():
