@@ -4,6 +4,7 @@
 ``counterfactual(c, role)`` removes one role for CCPO's leave-one-role-out outcome.
 """
 
+from .evaluate import handoff_accuracy
 from .spec import (
     CLEANERS,
     CollabError,
@@ -32,6 +33,7 @@ __all__ = [
     "clean_output",
     "counterfactual",
     "from_dict",
+    "handoff_accuracy",
     "placeholders",
     "render",
     "role_messages",
