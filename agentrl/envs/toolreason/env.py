@@ -20,7 +20,8 @@ reaching ``max_turns`` (limit + 2) without an answer. The reward of the final tu
 episode's whole return (APPO's reward); earlier turns get 0. ``step`` never raises on model output.
 
 ``reset`` picks the family from ``families`` and the task from the split with ``seed``
-(``random.Random(seed)``), so the same seed gives the same task. ``snapshot``/``restore`` carry
+(``random.Random(seed)``), so the same seed gives the same task; ``options={"task_id": ...}``
+picks one task by id. ``snapshot``/``restore`` carry
 the counters a branch continuation needs (calls made, tools used, turns) without re-running tools.
 """
 
@@ -137,19 +138,29 @@ class ToolReasonEnv(TextEnv):
         return tuple(Task(q.question, q.answers, "multihop", q.id, hops=q.hops) for q in kb.split[split])
 
     def _reset_task(self, seed, options):
-        split, fams = parse_reset_options(options, SPLITS, FAMILIES)
-        if seed is None:
-            seed = int(self.np_random.integers(2**31))
-        rng = random.Random(seed)
-        family = fams[rng.randrange(len(fams))]
-        pool = self.tasks(split, family)
-        self.task = pool[rng.randrange(len(pool))]
+        split, fams = parse_reset_options(options, SPLITS, FAMILIES, extra_keys=("task_id",))
+        if "task_id" in options:
+            self.task = self._find(split, fams, options["task_id"])
+        else:
+            if seed is None:
+                seed = int(self.np_random.integers(2**31))
+            rng = random.Random(seed)
+            pool = self.tasks(split, fams[rng.randrange(len(fams))])
+            self.task = pool[rng.randrange(len(pool))]
+        family = self.task.family
         self._calls, self._used, self._done = 0, set(), False
         self._expert_step, self._last_result = 0, ""
-        return self.task.question, self.task.question, family, {"task_id": self.task.id, **self._counters()}
+        return self.task.question, self.task.question, family, self._counters()
+
+    def _find(self, split: str, families: list[str], task_id: str) -> Task:
+        for fam in families:
+            for t in self.tasks(split, fam):
+                if t.id == task_id:
+                    return t
+        raise ValueError(f"no task {task_id!r} in split {split!r}, families {families}")
 
     def _counters(self) -> dict[str, Any]:
-        return {"tool_calls": self._calls, "used_python": "python" in self._used,
+        return {"task_id": self.task.id if self.task else None, "tool_calls": self._calls, "used_python": "python" in self._used,
                 "used_search": "search" in self._used}
 
     # --- stepping ------------------------------------------------------------------------------
