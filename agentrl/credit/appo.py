@@ -35,6 +35,8 @@ Branch points (Eqs. 3-5)
   B points over the prompt's N rollouts). ``preferred`` (the strict rule) ranks its tokens first,
   the rest fill by score; ``repeat=True`` cycles the chosen points until the budget is met (the
   code's fill for short rollouts). Ties break by (rollout, position) so results are reproducible.
+  ``choose_branch_points`` chains score, strict rule and selection (paper: per rollout, not
+  strict; code: per prompt, strict).
 
 What Omega means at rollout time (our choice)
 ---------------------------------------------
@@ -253,6 +255,18 @@ def select_branch_points(score, mask, budget: int, scope: str = "rollout", prefe
         pick = np.concatenate([_take(order[ranked_rows == n], budget, repeat) for n in range(m.shape[0])]
                               or [np.zeros(0, dtype=int)])
     return rows[pick].astype(int), pos[pick].astype(int)
+
+
+def choose_branch_points(entropy, omega, mask, budget: int, scope: str = "rollout", strict: bool = False,
+                         score: str = "bs", clip_eps: float = 0.2, flat_omega: str = "entropy",
+                         repeat: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Score, optional strict rule, selection in one call: (rows, positions) of one prompt.
+
+    Paper: ``scope="rollout", strict=False``; the authors' code: ``scope="prompt", strict=True``.
+    """
+    bs, z_h, z_o = branch_score(entropy, omega, mask, clip_eps, score, flat_omega)
+    pref = strict_candidates(z_h, z_o, mask, score) if strict else None
+    return select_branch_points(bs, mask, budget, scope, pref, repeat)
 
 
 # ============================================================================ advantages (Eq. 6)

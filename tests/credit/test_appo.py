@@ -121,6 +121,14 @@ def test_strict_rule_and_selection():
     assert appo.strict_candidates(z_h, z_o, [1, 1, 1, 1], score="entropy").tolist() == [[False, False, True, True]]
 
 
+def test_choose_branch_points_paper_vs_code():
+    # paper (per rollout, top-1 by BS): token 0 (2.041); code (per prompt, strict, B = 4): 3, 2, 0, 1
+    assert appo.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 1)[1].tolist() == [0]
+    assert appo.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 4, scope="prompt", strict=True)[1].tolist() == [3, 2, 0, 1]
+    # pure entropy: z_H ranks 3, 2, 1, 0
+    assert appo.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 4, score="entropy")[1].tolist() == [3, 2, 1, 0]
+
+
 SCORE = [[0.5, 2.0, 1.0, -1.0], [3.0, 0.1, 9.0, 9.0]]
 MASK = [[1, 1, 1, 1], [1, 1, 0, 0]]  # row 1 has two eligible tokens (the 9.0s are tool results)
 

@@ -79,6 +79,12 @@ def _math_tasks(split: str, names: tuple[str, ...], n: int, seed: int) -> tuple[
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=16)
+def _kb_tasks(split: str, kb_seed: int) -> tuple[Task, ...]:
+    kb, _ = kb_index(kb_seed)
+    return tuple(Task(q.question, q.answers, "multihop", q.id, hops=q.hops) for q in kb.split[split])
+
+
 class ToolReasonEnv(TextEnv):
     """APPO's tool-using reasoning tasks; see the module docstring."""
 
@@ -125,17 +131,15 @@ class ToolReasonEnv(TextEnv):
         self.task: Task | None = None
         self._calls = 0
         self._used: set[str] = set()
-        self._done = False
+        self._done = True  # until the first reset
         self._expert_step = 0
-        self._last_result = ""
 
     # --- tasks ---------------------------------------------------------------------------------
     def tasks(self, split: str, family: str) -> tuple[Task, ...]:
         """All tasks of ``family`` in ``split``."""
         if family == "math":
             return _math_tasks(split, self.math_names, self.math_size, self.math_seed)
-        kb, _ = kb_index(self.kb_seed)
-        return tuple(Task(q.question, q.answers, "multihop", q.id, hops=q.hops) for q in kb.split[split])
+        return _kb_tasks(split, self.kb_seed)
 
     def _reset_task(self, seed, options):
         split, fams = parse_reset_options(options, SPLITS, FAMILIES, extra_keys=("task_id",))
@@ -149,7 +153,7 @@ class ToolReasonEnv(TextEnv):
             self.task = pool[rng.randrange(len(pool))]
         family = self.task.family
         self._calls, self._used, self._done = 0, set(), False
-        self._expert_step, self._last_result = 0, ""
+        self._expert_step = 0
         return self.task.question, self.task.question, family, self._counters()
 
     def _find(self, split: str, families: list[str], task_id: str) -> Task:
@@ -160,8 +164,8 @@ class ToolReasonEnv(TextEnv):
         raise ValueError(f"no task {task_id!r} in split {split!r}, families {families}")
 
     def _counters(self) -> dict[str, Any]:
-        return {"task_id": self.task.id if self.task else None, "tool_calls": self._calls, "used_python": "python" in self._used,
-                "used_search": "search" in self._used}
+        return {"task_id": self.task.id if self.task else None, "tool_calls": self._calls,
+                "used_python": "python" in self._used, "used_search": "search" in self._used}
 
     # --- stepping ------------------------------------------------------------------------------
     def step(self, response: str):
@@ -177,11 +181,11 @@ class ToolReasonEnv(TextEnv):
         elif turn.kind == "answer":
             obs, reward, terminated, valid = self._answer(turn, extra), None, True, True
             reward = extra.pop("reward")
+        elif self._steps >= self.max_turns:  # the last turn allowed is a tool call: no answer, no call
+            obs, reward, terminated, valid = "No answer within the turn limit.", F.FORMAT_PENALTY, True, True
+            extra["format_error"] = True
         else:
             obs, reward, terminated, valid = self._tool(turn), 0.0, False, True
-            if self._steps >= self.max_turns:
-                obs, reward, terminated = obs + "\nNo answer within the turn limit.", F.FORMAT_PENALTY, True
-                extra["format_error"] = True
         self._done = self._done or terminated
         self._won = bool(extra.pop("won", self._won))
         self._obs = to_printable(obs)
@@ -205,7 +209,6 @@ class ToolReasonEnv(TextEnv):
             self._calls += 1
             self._used.add(turn.kind)
             out = self._run_python(turn.body) if turn.kind == "python" else self._search(turn.body)
-        self._last_result = out
         return f"<result>\n{out}\n</result>"
 
     def _run_python(self, code: str) -> str:
