@@ -202,3 +202,33 @@ def test_both_tools_bonus():
     obs, r, term, _, info = env.step(f"<answer>\\boxed{{{gold}}}</answer>")
     assert r == pytest.approx(1.1) and info["won"] and term
     env.close()
+
+
+# ----------------------------------------------------------------------------- trajectory rollout
+def test_trajectory_rollout_with_the_expert():
+    """The env through ``run_episodes`` in trajectory mode: the expert plays (via a shadow env in
+    lock-step), tool results come back as masked env tokens, the return is APPO's reward."""
+    from agentrl.models.tiny import train_tokenizer
+    from agentrl.rollout import run_episodes
+
+    tok = train_tokenizer(["<search>x</search> <answer>\\boxed{y}</answer> <result>z</result>"] * 5, 300)
+    task_id = next(t.id for t in make().unwrapped.tasks("valid", "multihop") if len(t.hops) == 3)
+    task = {"seed": 0, "options": {"families": "multihop", "task_id": task_id, "split": "valid"}, "group_id": "g"}
+    shadow = make()
+    shadow.reset(seed=0, options=task["options"])
+
+    def gen(prompts):
+        assert len(prompts) == 1
+        resp = shadow.unwrapped.expert_response()
+        shadow.step(resp)
+        return [tok(resp + tok.eos_token, add_special_tokens=False)["input_ids"]]
+
+    (ep,) = run_episodes("agentrl/ToolReason-v0", [task], gen, tok, context_mode="trajectory", prefill="",
+                         env_kwargs={"math_size": 20}, max_prompt_tokens=100_000)
+    hops = 3
+    assert ep.length == hops + 1 and ep.won and ep.return_ == 1.0 and not ep.truncated
+    assert [r.reward for r in ep.steps] == [0.0] * hops + [1.0]
+    env_text = tok.decode([t for t, m in zip(ep.traj_completion_ids, ep.env_mask, strict=True) if m == 0])
+    model_text = tok.decode([t for t, m in zip(ep.traj_completion_ids, ep.env_mask, strict=True) if m == 1])
+    assert env_text.count("<result>") == hops and "<result>" not in model_text
+    assert model_text.count("<search>") == hops and model_text.count("<answer>") == 1
