@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -232,3 +233,40 @@ def test_trajectory_rollout_with_the_expert():
     model_text = tok.decode([t for t, m in zip(ep.traj_completion_ids, ep.env_mask, strict=True) if m == 1])
     assert env_text.count("<result>") == hops and "<result>" not in model_text
     assert model_text.count("<search>") == hops and model_text.count("<answer>") == 1
+
+
+# ----------------------------------------------------------------------------- dataset families
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "appo"
+
+
+def test_dataset_families_from_files():
+    env = make(datasets={"hotpotqa": {"valid": {"path": str(FIX / "hotpotqa.jsonl")}},
+                         "bamboogle": {"valid": {"path": str(FIX / "bamboogle.jsonl")}},
+                         "gsm8k": {"valid": {"path": str(FIX / "gsm8k.jsonl")}}})
+    u = env.unwrapped
+    assert [t.answers for t in u.tasks("valid", "gsm8k")] == [("22",), ("1500",)]
+    obs, info = env.reset(seed=0, options={"split": "valid", "families": "hotpotqa",
+                                           "task_id": "5a7a06935542990198eaf050"})
+    assert info["task_family"] == "hotpotqa" and "Eiffel Tower" in obs
+    # hotpotqa searches its own paragraphs
+    obs, *_ = env.step("<search>capital of France Seine</search>")
+    assert obs.startswith("<result>\n[1] Paris: Paris is the capital of France.")
+    obs, r, term, _, info = env.step("<answer>\\boxed{the Seine}</answer>")
+    assert r == 1.0 and info["won"] and term
+    # bamboogle ships no paragraphs: nothing to find
+    env.reset(seed=0, options={"split": "valid", "families": "bamboogle"})
+    assert env.step("<search>Washington</search>")[0] == "<result>\nNo results.\n</result>"
+    # the expert wins every task of these families without the sandbox's help on QA
+    for fam in ("hotpotqa", "bamboogle"):
+        for t in u.tasks("valid", fam):
+            total, info, _ = play_expert(env, 0, {"split": "valid", "families": fam, "task_id": t.id})
+            assert info["won"] and total == 1.0
+    with pytest.raises(ValueError, match="no 'train' split"):
+        env.reset(seed=0, options={"split": "train", "families": "gsm8k"})
+
+
+def test_dataset_family_spec_errors():
+    with pytest.raises(ValueError, match="must be a math benchmark"):
+        make(datasets={"squad": {"valid": {}}})
+    with pytest.raises(ValueError, match="loader kwargs per split"):
+        make(datasets={"hotpotqa": {"test": {}}})

@@ -13,6 +13,8 @@ Families (task sources, ``reset(options={"families": [...]})``):
   authors' code). Train and valid draw from disjoint generator seeds.
 * ``multihop``: questions over the generated knowledge base (``agentrl.tasks.qa.generate_kb``),
   graded by token-F1; search runs over the KB's documents.
+* dataset families (``datasets=``): GSM8K, MATH500, AIME, ... and HotpotQA, 2Wiki, MuSiQue,
+  Bamboogle from files or the hub, for GPU runs (``sources.py``).
 
 Episode rules: at most ``tool_call_limit`` (3) calls are executed; a call beyond the limit gets a
 "limit reached" result. A bad format (``format.parse_turn``) ends the episode with -1; so does
@@ -21,25 +23,24 @@ episode's whole return (APPO's reward); earlier turns get 0. ``step`` never rais
 
 ``reset`` picks the family from ``families`` and the task from the split with ``seed``
 (``random.Random(seed)``), so the same seed gives the same task; ``options={"task_id": ...}``
-picks one task by id. ``snapshot``/``restore`` carry
-the counters a branch continuation needs (calls made, tools used, turns) without re-running tools.
+picks one task by id. ``snapshot``/``restore`` carry the counters a branch continuation needs
+(calls made, tools used, turns) without re-running tools.
 """
 
 from __future__ import annotations
 
-import functools
 import random
-from dataclasses import dataclass
 from typing import Any
 
 from agentrl.envs.base import TextEnv, clip, parse_reset_options, to_printable
 from agentrl.envs.toolreason import format as F
+from agentrl.envs.toolreason import sources as S
+from agentrl.envs.toolreason.sources import Task
 from agentrl.envs.toolreason.tools import PythonTool, format_hits, kb_index
 
-FAMILIES = ("math", "multihop")
-SPLITS = ("train", "valid")
-MATH_TASKS = ("gsm_symbolic", "basic_arithmetic", "chain_sum")
-VALID_SEED_OFFSET = 100_000  # valid math problems come from generator seeds disjoint from train's
+FAMILIES = S.BUILTIN
+SPLITS = S.SPLITS
+MATH_TASKS = S.MATH_TASKS
 
 INSTRUCTIONS = (
     "Solve the problem below. Think step by step. You can use two tools, one call per reply:\n"
@@ -52,39 +53,6 @@ INSTRUCTIONS = (
 )
 
 
-@dataclass(frozen=True)
-class Task:
-    """One problem as the env sees it."""
-
-    question: str
-    answers: tuple[str, ...]
-    family: str
-    id: str
-    hops: tuple[str, ...] = ()
-    """Multihop: documents to search, in order (the expert's plan)."""
-    code: str = ""
-    """Math: what the expert computes with the python tool."""
-
-
-@functools.lru_cache(maxsize=16)
-def _math_tasks(split: str, names: tuple[str, ...], n: int, seed: int) -> tuple[Task, ...]:
-    from agentrl.tasks.math import reasoning_gym_problems
-
-    base = seed + (VALID_SEED_OFFSET if split == "valid" else 0)
-    out = []
-    for p in reasoning_gym_problems(list(names), n=n, seed=base):
-        expr = p.meta.get("rg_metadata", {}).get("expression")
-        code = expr if expr else f"answer = {p.answer!r}\nprint(answer)"
-        out.append(Task(p.question, (p.answer,), "math", p.id, code=code))
-    return tuple(out)
-
-
-@functools.lru_cache(maxsize=16)
-def _kb_tasks(split: str, kb_seed: int) -> tuple[Task, ...]:
-    kb, _ = kb_index(kb_seed)
-    return tuple(Task(q.question, q.answers, "multihop", q.id, hops=q.hops) for q in kb.split[split])
-
-
 class ToolReasonEnv(TextEnv):
     """APPO's tool-using reasoning tasks; see the module docstring."""
 
@@ -94,7 +62,8 @@ class ToolReasonEnv(TextEnv):
                  math_size: int = 300, math_seed: int = 0, kb_seed: int = 0, search_k: int = 3,
                  math_reward: str = "verify", both_tools_bonus: float = F.BOTH_TOOLS_BONUS,
                  python_timeout: float = 10.0, python_memory_mb: int = 512, max_result_chars: int = 2000,
-                 history_length: int = 2, render_mode: str | None = None):
+                 datasets: dict[str, dict] | None = None, history_length: int = 2,
+                 render_mode: str | None = None):
         """
         Args:
             tool_call_limit: tool calls executed per episode (APPO: 3).
@@ -106,6 +75,8 @@ class ToolReasonEnv(TextEnv):
             both_tools_bonus: added when the answer scores > 0 and both tools were used (0.1).
             python_timeout / python_memory_mb: sandbox wall-clock and address-space limits per call.
             max_result_chars: tool output kept in a <result>.
+            datasets: extra families from benchmark / QA dataset files or the hub, with the
+                loader's kwargs per split (``sources`` module docstring).
         """
         super().__init__(invalid_action_penalty=0.0, history_length=history_length, render_mode=render_mode)
         if tool_call_limit < 0:
@@ -127,6 +98,8 @@ class ToolReasonEnv(TextEnv):
         self.max_result_chars = int(max_result_chars)
         self._python_args = {"wall_s": float(python_timeout), "memory_mb": int(python_memory_mb),
                              "max_output_chars": self.max_result_chars}
+        self.datasets = S.check_datasets(datasets)
+        self.families = FAMILIES + tuple(self.datasets)
         self._python: PythonTool | None = None
         self.task: Task | None = None
         self._calls = 0
@@ -138,11 +111,13 @@ class ToolReasonEnv(TextEnv):
     def tasks(self, split: str, family: str) -> tuple[Task, ...]:
         """All tasks of ``family`` in ``split``."""
         if family == "math":
-            return _math_tasks(split, self.math_names, self.math_size, self.math_seed)
-        return _kb_tasks(split, self.kb_seed)
+            return S.math_tasks(split, self.math_names, self.math_size, self.math_seed)
+        if family == "multihop":
+            return S.kb_tasks(split, self.kb_seed)
+        return S.dataset_tasks(family, split, self.datasets[family])
 
     def _reset_task(self, seed, options):
-        split, fams = parse_reset_options(options, SPLITS, FAMILIES, extra_keys=("task_id",))
+        split, fams = parse_reset_options(options, SPLITS, self.families, extra_keys=("task_id",))
         if "task_id" in options:
             self.task = self._find(split, fams, options["task_id"])
         else:
@@ -194,7 +169,7 @@ class ToolReasonEnv(TextEnv):
         return self._obs, float(reward), bool(terminated), False, info
 
     def _answer(self, turn: F.Turn, extra: dict) -> str:
-        kind = "math" if self.task.family == "math" else "qa"
+        kind = self.task.kind
         score = F.answer_score(turn.boxed, self.task.answers, kind, self.math_reward)
         extra["reward"] = F.appo_reward(score, self._used, self.both_tools_bonus)
         extra["won"] = F.answer_won(turn.boxed, self.task.answers, kind)
@@ -217,8 +192,11 @@ class ToolReasonEnv(TextEnv):
         return self._python.run(code)
 
     def _search(self, query: str) -> str:
-        _, index = kb_index(self.kb_seed)
-        return format_hits(index.search(query, self.search_k), self.max_result_chars)
+        if self.task.family in self.datasets and self.task.kind == "qa":
+            index = S.dataset_index(self.task.family, self.datasets[self.task.family])
+        else:  # math and the KB's questions search the KB
+            index = kb_index(self.kb_seed)[1]
+        return format_hits(index.search(query, self.search_k) if index else [], self.max_result_chars)
 
     def close(self):
         if self._python is not None:
@@ -264,7 +242,7 @@ class ToolReasonEnv(TextEnv):
             return None
         t, k = self.task, self._expert_step
         self._expert_step += 1
-        if t.family == "math":
+        if t.kind == "math":
             if k == 0 and self.tool_call_limit > 0:
                 return f"Let me compute this with Python.\n<python>\n{t.code}\n</python>"
             return f"The computation gives the result.\n<answer>\\boxed{{{t.answers[0]}}}</answer>"
