@@ -58,8 +58,9 @@ log rho_k = log pi_theta(H_k | H_<k) - log pi_ref(H_k | H_<k). Why:
 
 With gamma = 1 (the code's rollout value) a suffix sum of a policy-vs-reference log-ratio over
 thousands of tokens saturates the [0.8, 1.2] clip almost everywhere; we therefore recommend the
-loss's gamma = 2^(-1/decay) (decay 64) for this Omega too. The trainer exposes this as a kwarg
-(``omega_baseline`` in {"ref", "behaviour"}; "behaviour" reproduces the code's definition).
+loss's gamma = 2^(-1/decay) (decay 64) for this Omega too. The trainer should expose the choice
+as a kwarg (``omega_baseline`` in {"ref", "behaviour"}; "behaviour" reproduces the code's
+definition); these functions only take the log-ratio.
 
 Advantages (Eq. 6)
 ------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -270,3 +271,13 @@ def test_dataset_family_spec_errors():
         make(datasets={"squad": {"valid": {}}})
     with pytest.raises(ValueError, match="loader kwargs per split"):
         make(datasets={"hotpotqa": {"test": {}}})
+
+
+@pytest.mark.bwrap
+@needs_sandbox
+def test_latency_entry_point(capsys):
+    from agentrl.envs.toolreason import latency
+
+    assert latency.main(["--calls", "1", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["python_call_trivial_ms"] > 0 and res["reset_multihop_ms"] > 0
