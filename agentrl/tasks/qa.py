@@ -153,7 +153,8 @@ def _world(rng: random.Random, n_countries: int, n_cities: int, n_companies: int
     companies = []
     for i in range(n_companies):
         sfx = suffixes[i % len(suffixes)]
-        companies.append({"name": f"{name(3)} {sfx}", "industry": _INDUSTRIES[sfx], "founder": people[i]["name"],
+        companies.append({"name": f"{name(3)} {sfx}", "industry": _INDUSTRIES[sfx],
+                          "founder": people[i]["name"],
                           "founded": rng.randint(1920, 2015), "hq": rng.choice(cities)["name"]})
     for p in people[n_companies:]:
         p["employer"] = rng.choice(companies)["name"]
@@ -166,8 +167,9 @@ def _documents(w: dict) -> list[Document]:
         docs.append(Document(c["name"], f"{c['name']} is a country. Its capital is {c['capital']} and its "
                                         f"currency is the {c['currency']}."))
     for c in w["cities"]:
-        docs.append(Document(c["name"], f"{c['name']} is a city in {c['country']} on the {c['river']} river. It "
-                                        f"was founded in {c['founded']} and has {c['population']} inhabitants."))
+        docs.append(Document(c["name"], f"{c['name']} is a city in {c['country']} on the {c['river']} river. "
+                                        f"It was founded in {c['founded']} and has {c['population']} "
+                                        "inhabitants."))
     for p in w["people"]:
         # a founder's own document does not name the company: "the founder of X" must be found in X's
         text = f"{p['name']} is a {p['occupation']} born in {p['born']} in {p['birthplace']}."
@@ -175,8 +177,9 @@ def _documents(w: dict) -> list[Document]:
             text += f" {p['name']} works for {p['employer']}."
         docs.append(Document(p["name"], text))
     for c in w["companies"]:
-        docs.append(Document(c["name"], f"{c['name']} is a {c['industry']} company founded in {c['founded']} by "
-                                        f"{c['founder']}. Its headquarters are in {c['hq']}."))
+        docs.append(Document(c["name"], f"{c['name']} is a {c['industry']} company founded in "
+                                        f"{c['founded']} by {c['founder']}. Its headquarters are in "
+                                        f"{c['hq']}."))
     return docs
 
 
@@ -200,7 +203,8 @@ def _templates(w: dict) -> list[tuple[str, str, str, tuple[str, ...]]]:
                  bp["country"], (c["name"], f["name"], bp["name"]))]
     for p in w["people"]:
         bp = city[p["birthplace"]]
-        out += [("birth_country", f"In which country was {p['name']} born?", bp["country"], (p["name"], bp["name"])),
+        out += [("birth_country", f"In which country was {p['name']} born?", bp["country"],
+                 (p["name"], bp["name"])),
                 ("birth_country_capital", f"What is the capital of the country where {p['name']} was born?",
                  country[bp["country"]]["capital"], (p["name"], bp["name"], bp["country"]))]
         if "employer" in p:
@@ -234,7 +238,8 @@ def generate_kb(seed: int = 0, n_countries: int = 8, n_cities: int = 24, n_compa
         leak = kind != "compare_founded" and (norm in f" {normalize_answer(q)} " or any(
             t != hops[-1] and norm in f" {d} " and any(n in f" {d} " for n in names) for t, d in norm_docs))
         if not leak:
-            questions.append(QAExample(q, (ans,), "kb", f"kb{seed}/{len(questions)}", hops, meta={"kind": kind}))
+            questions.append(QAExample(q, (ans,), "kb", f"kb{seed}/{len(questions)}", hops,
+                                       meta={"kind": kind}))
     order = list(range(len(questions)))
     random.Random(seed + 1).shuffle(order)
     n_valid = max(1, int(len(order) * VALID_FRACTION))

@@ -118,13 +118,15 @@ def test_strict_rule_and_selection():
     rows, pos = appo.select_branch_points(bs, [1, 1, 1, 1], 4, scope="prompt", preferred=pref)
     assert pos.tolist() == [3, 2, 0, 1] and rows.tolist() == [0, 0, 0, 0]
     # entropy score: strict = z_H > 0
-    assert appo.strict_candidates(z_h, z_o, [1, 1, 1, 1], score="entropy").tolist() == [[False, False, True, True]]
+    strict_h = appo.strict_candidates(z_h, z_o, [1, 1, 1, 1], score="entropy")
+    assert strict_h.tolist() == [[False, False, True, True]]
 
 
 def test_choose_branch_points_paper_vs_code():
     # paper (per rollout, top-1 by BS): token 0 (2.041); code (per prompt, strict, B = 4): 3, 2, 0, 1
     assert appo.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 1)[1].tolist() == [0]
-    assert appo.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 4, scope="prompt", strict=True)[1].tolist() == [3, 2, 0, 1]
+    code = appo.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 4, scope="prompt", strict=True)
+    assert code[1].tolist() == [3, 2, 0, 1]
     # pure entropy: z_H ranks 3, 2, 1, 0
     assert appo.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 4, score="entropy")[1].tolist() == [3, 2, 1, 0]
 

@@ -94,7 +94,8 @@ def test_prompts():
 # ----------------------------------------------------------------------------- episode rules
 def test_bad_format_ends_with_minus_one():
     env = make()
-    for bad in ("I think the answer is 4.", "<answer>4</answer>", None, "\u00e9" * 10_000, "<search></search>"):
+    for bad in ("I think the answer is 4.", "<answer>4</answer>", None, "\u00e9" * 10_000,
+                "<search></search>"):
         env.reset(seed=2)
         obs, r, term, trunc, info = env.step(bad)
         assert (r, term, info["format_error"], info["action_valid"]) == (-1.0, True, True, False)
@@ -151,7 +152,8 @@ def test_expert_wins_every_multihop_task_of_both_splits():
     env = make()
     for split in ("train", "valid"):
         for task in env.unwrapped.tasks(split, "multihop"):
-            total, info, steps = play_expert(env, 0, {"split": split, "families": "multihop", "task_id": task.id})
+            opts = {"split": split, "families": "multihop", "task_id": task.id}
+            total, info, steps = play_expert(env, 0, opts)
             assert info["task_id"] == task.id
             assert info["won"] and total == 1.0 and info["tool_calls"] == steps - 1 == len(task.hops), info
     with pytest.raises(ValueError, match="no task"):
@@ -215,7 +217,8 @@ def test_trajectory_rollout_with_the_expert():
 
     tok = train_tokenizer(["<search>x</search> <answer>\\boxed{y}</answer> <result>z</result>"] * 5, 300)
     task_id = next(t.id for t in make().unwrapped.tasks("valid", "multihop") if len(t.hops) == 3)
-    task = {"seed": 0, "options": {"families": "multihop", "task_id": task_id, "split": "valid"}, "group_id": "g"}
+    task = {"seed": 0, "group_id": "g",
+            "options": {"families": "multihop", "task_id": task_id, "split": "valid"}}
     shadow = make()
     shadow.reset(seed=0, options=task["options"])
 

@@ -75,7 +75,8 @@ def test_2wiki_original_json():
     assert exs[0].question == "Who is the father of the composer of The Magic Flute?"
     assert exs[0].answers == ("Leopold Mozart",) and exs[1].answers == ("Don Giovanni",)
     assert exs[0].id == "8813f87c0bdd11eba7f7acde48001122" and exs[1].meta["type"] == "comparison"
-    assert exs[0].context[1].text == "Wolfgang Amadeus Mozart was a composer born in Salzburg. His father was Leopold Mozart."
+    assert exs[0].context[1].text == ("Wolfgang Amadeus Mozart was a composer born in Salzburg. "
+                                      "His father was Leopold Mozart.")
 
 
 def test_musique_aliases_and_paragraphs():

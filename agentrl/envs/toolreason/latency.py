@@ -47,10 +47,11 @@ def measure(calls: int = 30) -> dict[str, float]:
         out[f"cold_first_reset_{fam}_ms"] = round(1e3 * (time.perf_counter() - t0), 1)
         out[f"reset_{fam}_ms"] = _ms(lambda i, f=fam: env.reset(seed=i, options={"families": f}), 200)
     out["search_step_ms"] = _step_ms(env, "multihop", lambda u: f"<search>{u.task.hops[0]}</search>", 100)
-    out["qa_answer_step_ms"] = _step_ms(env, "multihop", lambda u: f"<answer>\\boxed{{{u.task.answers[0]}}}</answer>",
-                                        100)
-    out["math_answer_step_ms"] = _step_ms(env, "math", lambda u: f"<answer>\\boxed{{{u.task.answers[0]}}}</answer>",
-                                          100)
+    def answer(u):
+        return f"<answer>\\boxed{{{u.task.answers[0]}}}</answer>"
+
+    out["qa_answer_step_ms"] = _step_ms(env, "multihop", answer, 100)
+    out["math_answer_step_ms"] = _step_ms(env, "math", answer, 100)
     u = env.unwrapped
     t0 = time.perf_counter()
     u._run_python("1")
@@ -63,7 +64,8 @@ def measure(calls: int = 30) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agentrl.envs.toolreason.latency", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m agentrl.envs.toolreason.latency",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=30, help="python tool calls per figure (default 30)")
     ap.add_argument("--json", action="store_true", help="print JSON")
     args = ap.parse_args(argv)

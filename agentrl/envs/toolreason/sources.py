@@ -78,7 +78,8 @@ def check_datasets(datasets: dict[str, dict] | None) -> dict[str, dict]:
             raise ValueError(f"dataset family {fam!r}: must be a math benchmark ({', '.join(BENCHMARKS)}) or "
                              f"a QA dataset ({', '.join(qa.DATASETS)})")
         if not isinstance(spec, dict) or not spec or set(spec) - set(SPLITS):
-            raise ValueError(f"dataset family {fam!r}: give loader kwargs per split, e.g. {{'valid': {{...}}}}")
+            raise ValueError(f"dataset family {fam!r}: give loader kwargs per split (train/valid), "
+                             "e.g. {'valid': {'path': ...}}")
         out[fam] = {s: dict(kw or {}) for s, kw in spec.items()}
     return out
 
@@ -98,7 +99,8 @@ def _dataset_tasks(family: str, split: str, kwargs_json: str) -> tuple[Task, ...
 def dataset_tasks(family: str, split: str, spec: dict[str, Any]) -> tuple[Task, ...]:
     """Tasks of a dataset family in ``split`` (ValueError if the spec has no such split)."""
     if split not in spec:
-        raise ValueError(f"dataset family {family!r} has no {split!r} split in its spec; it has {sorted(spec)}")
+        raise ValueError(f"dataset family {family!r} has no {split!r} split in its spec; "
+                         f"it has {sorted(spec)}")
     return _dataset_tasks(family, split, json.dumps(spec[split], sort_keys=True))
 
 

@@ -124,7 +124,8 @@ class SearchIndex:
         q = [t for t in q if t in self._vocab]
         if not q:
             return []
-        ids, scores = self._bm25.retrieve([q], k=min(k, len(self.documents)), show_progress=False, n_threads=1)
+        ids, scores = self._bm25.retrieve([q], k=min(k, len(self.documents)), show_progress=False,
+                                          n_threads=1)
         return [self.documents[i] for i, s in zip(ids[0], scores[0], strict=True) if s > 0]
 
 
