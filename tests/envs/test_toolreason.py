@@ -132,7 +132,10 @@ def test_snapshot_restore():
     env2 = make()
     env2.reset(seed=5, options={"families": "multihop"})
     env2.unwrapped.restore(snap)
-    assert env2.unwrapped.snapshot() == snap == {"calls": 1, "used": ["search"], "steps": 1, "expert_step": 0}
+    assert env2.unwrapped.snapshot() == snap == {"calls": 1, "used": ["search"], "steps": 1}
+    # the expert continues from the restored state: the next hop, asked twice, is the same
+    assert env2.unwrapped.expert_response() == env2.unwrapped.expert_response()
+    assert env2.unwrapped.expert_response().endswith(f"<search>{env2.unwrapped.task.hops[1]}</search>")
 
 
 # ----------------------------------------------------------------------------- the KB's search

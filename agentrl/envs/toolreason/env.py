@@ -105,7 +105,6 @@ class ToolReasonEnv(TextEnv):
         self._calls = 0
         self._used: set[str] = set()
         self._done = True  # until the first reset
-        self._expert_step = 0
 
     # --- tasks ---------------------------------------------------------------------------------
     def tasks(self, split: str, family: str) -> tuple[Task, ...]:
@@ -128,7 +127,6 @@ class ToolReasonEnv(TextEnv):
             self.task = pool[rng.randrange(len(pool))]
         family = self.task.family
         self._calls, self._used, self._done = 0, set(), False
-        self._expert_step = 0
         return self.task.question, self.task.question, family, self._counters()
 
     def _find(self, split: str, families: list[str], task_id: str) -> Task:
@@ -207,13 +205,12 @@ class ToolReasonEnv(TextEnv):
     # --- branch support ------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """The counters a continuation from this point needs (tool results live in its prefix)."""
-        return {"calls": self._calls, "used": sorted(self._used), "steps": self._steps,
-                "expert_step": self._expert_step}
+        return {"calls": self._calls, "used": sorted(self._used), "steps": self._steps}
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Set the counters from ``snapshot()`` (on an env reset to the same task)."""
         self._calls, self._used = int(snap["calls"]), set(snap["used"])
-        self._steps, self._expert_step = int(snap["steps"]), int(snap["expert_step"])
+        self._steps = int(snap["steps"])
         self._done = False
 
     # --- prompts -------------------------------------------------------------------------------
@@ -237,13 +234,13 @@ class ToolReasonEnv(TextEnv):
     # --- expert --------------------------------------------------------------------------------
     def expert_response(self) -> str | None:
         """The oracle's next full response: math computes with Python then answers; multihop
-        searches each hop's entity in turn, then answers. None once the episode is over."""
+        searches the next hop (by the number of calls made), then answers. None once the episode
+        is over."""
         if self.task is None or self._done:
             return None
-        t, k = self.task, self._expert_step
-        self._expert_step += 1
+        t, k = self.task, self._calls  # a pure function of the state: asking twice gives the same
         if t.kind == "math":
-            if k == 0 and self.tool_call_limit > 0:
+            if "python" not in self._used and k < self.tool_call_limit:
                 return f"Let me compute this with Python.\n<python>\n{t.code}\n</python>"
             return f"The computation gives the result.\n<answer>\\boxed{{{t.answers[0]}}}</answer>"
         if k < min(len(t.hops), self.tool_call_limit):
