@@ -29,7 +29,9 @@ Branch points (Eqs. 3-5)
   the code's strict rule first takes tokens with both z > 0 (``strict_candidates``).
   When a rollout's clipped Omega is constant, Z(Omega) is 0 everywhere and every score ties at 0;
   ``flat_omega="entropy"`` (default) then ranks that rollout by Z(H) alone, ``"keep"`` keeps the
-  zeros (ties are broken by position, i.e. the earliest tokens win).
+  zeros (ties are broken by position, i.e. the earliest tokens win). "Constant" means a
+  population std <= ``flat_tol`` (1e-6), so rounding noise in a ratio that should be 1 does not
+  pick the branch points.
 * Selection: ``select_branch_points(score, mask, budget, scope=...)``. ``scope="rollout"`` is the
   paper (top-B per rollout, Table 3's N x B); ``scope="prompt"`` is the authors' code (one pool of
   B points over the prompt's N rollouts). ``preferred`` (the strict rule) ranks its tokens first,
@@ -105,6 +107,8 @@ SCOPES = ("rollout", "prompt")
 COMBINES = ("average", "sum")
 GROUPINGS = ("dual", "joint")
 FLAT_OMEGA = ("entropy", "keep")
+FLAT_TOL = 1e-6
+"""A rollout's clipped Omega with a population std at most this is flat (carries no signal)."""
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -180,21 +184,29 @@ def future_value(log_ratio, mask, gamma: float = 1.0, clamp: float = LOG_CLAMP) 
 
 
 # ============================================================================ score (Eq. 5)
+def _row_stats(a: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row mean and population std over the masked entries, as (N, 1) columns."""
+    cnt = np.maximum(m.sum(axis=1, keepdims=True), 1)
+    mean = np.where(m, a, 0.0).sum(axis=1, keepdims=True) / cnt
+    return mean, np.sqrt(np.where(m, (a - mean) ** 2, 0.0).sum(axis=1, keepdims=True) / cnt)
+
+
 def zscore_rows(x, mask, eps: float = EPS) -> np.ndarray:
     """(x - mean) / (population std + eps) within each row over its masked entries; 0 elsewhere."""
     a, m = _rows(x), _rows(mask, bool)
-    cnt = np.maximum(m.sum(axis=1, keepdims=True), 1)
-    mean = np.where(m, a, 0.0).sum(axis=1, keepdims=True) / cnt
-    var = np.where(m, (a - mean) ** 2, 0.0).sum(axis=1, keepdims=True) / cnt
-    return np.where(m, (a - mean) / (np.sqrt(var) + eps), 0.0)
+    mean, std = _row_stats(a, m)
+    return np.where(m, (a - mean) / (std + eps), 0.0)
 
 
 def branch_score(entropy, omega, mask, clip_eps: float = 0.2, score: str = "bs",
-                 flat_omega: str = "entropy", eps: float = EPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 flat_omega: str = "entropy", flat_tol: float = FLAT_TOL,
+                 eps: float = EPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """BS = Z(clip(Omega, 1 - eps', 1 + eps')) * Z(H) within each rollout (Eq. 5).
 
     Returns (score, z_entropy, z_omega), all (N, T), 0 at masked positions. ``score="entropy"``
-    gives Z(H) (Table 4's ablation). ``flat_omega``: see the module docstring.
+    gives Z(H) (Table 4's ablation). A rollout whose clipped Omega has a population std <=
+    ``flat_tol`` gets Z(Omega) = 0 exactly (rounding noise would otherwise decide the ranking);
+    ``flat_omega``: see the module docstring.
     """
     _choice("score", score, SCORES)
     _choice("flat_omega", flat_omega, FLAT_OMEGA)
@@ -202,6 +214,7 @@ def branch_score(entropy, omega, mask, clip_eps: float = 0.2, score: str = "bs",
     z_h = zscore_rows(entropy, m, eps)
     clipped = np.clip(_rows(omega), 1.0 - clip_eps, 1.0 + clip_eps)
     z_o = zscore_rows(clipped, m, eps)
+    z_o = np.where(_row_stats(clipped, m)[1] <= flat_tol, 0.0, z_o)
     if score == "entropy":
         return z_h, z_h, z_o
     bs = z_h * z_o

@@ -106,6 +106,13 @@ def test_branch_score_flat_omega():
     assert bs.tolist() == [[approx(x) for x in Z_H]]
     kept, _, _ = appo.branch_score(H, flat, [1, 1, 1, 1], flat_omega="keep")
     assert kept.tolist() == [[0.0] * 4]
+    # rounding noise (std 1.1e-9 <= 1e-6) is flat too; without the tolerance noise/(1e-9 + 1e-6) ~ 1e-3
+    # would be a nonzero z-score and rank the tokens
+    noisy = [1.0, 1.0 + 1e-9, 1.0 + 2e-9, 1.0 + 3e-9]
+    bs, _, z_o = appo.branch_score(H, noisy, [1, 1, 1, 1])
+    assert z_o.tolist() == [[0.0] * 4] and bs.tolist() == [[approx(x) for x in Z_H]]
+    _, _, z_o = appo.branch_score(H, noisy, [1, 1, 1, 1], flat_tol=0.0)
+    assert z_o[0, 3] > 0
 
 
 def test_strict_rule_and_selection():
