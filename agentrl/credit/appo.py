@@ -24,9 +24,10 @@ Branch points (Eqs. 3-5)
   clamped to +-20 (the code's clamp), so Omega is finite. Masked positions get exactly 1.
 * Score (Eq. 5): ``branch_score`` = Z(clip(Omega, 1 - eps', 1 + eps')) * Z(H), Z the z-score
   within the rollout over its masked tokens with the population std + 1e-6 (the code; the paper
-  does not say). eps' = 0.2 ([0.8, 1.2] in the code). ``score="entropy"`` is Table 4's pure-entropy
-  ablation (Z(H) alone). A product of two z-scores is also large when both are very negative, so
-  the code's strict rule first takes tokens with both z > 0 (``strict_candidates``).
+  does not say). eps' = 0.2 (the code's [0.8, 1.2]; the paper gives no value).
+  ``score="entropy"`` is Table 4's pure-entropy ablation (Z(H) alone). A product of two z-scores
+  is also large when both are very negative, so the code's strict rule first takes tokens with
+  both z > 0 (``strict_candidates``).
   When a rollout's clipped Omega is constant, Z(Omega) is 0 everywhere and every score ties at 0;
   ``flat_omega="entropy"`` (default) then ranks that rollout by Z(H) alone, ``"keep"`` keeps the
   zeros (ties are broken by position, i.e. the earliest tokens win). "Constant" means a
@@ -45,13 +46,15 @@ What Omega means at rollout time (our choice)
 Eq. 4 compares pi_theta with pi_old. At rollout time the rollouts were just sampled from the
 current policy, so theta = old: the authors' code takes log rho = (training-engine log-prob) -
 (generation-engine log-prob) on the same weights, which measures vLLM-vs-FSDP numerical mismatch.
-Under HF generation the two engines are the same model, so that ratio is identically 1 and BS
-collapses to ties. We define the rollout-time ratio against the **reference model**:
+Under HF generation the two engines are the same model, so that ratio is 1 up to rounding and
+BS collapses to ties (or to rounding noise, which ``flat_tol`` catches). We define the
+rollout-time ratio against the **reference model**:
 log rho_k = log pi_theta(H_k | H_<k) - log pi_ref(H_k | H_<k). Why:
 
 * it is what the paper's Fig. 6 reading asks for: Omega large where the continuation after t is
   one the training has made more likely (a "policy-induced likelihood gain"), small where training
-  moved away from it; lexically rare but inconsequential tokens have flat suffixes and score low;
+  moved away from it; a lexically rare but inconsequential token should have a suffix training
+  has not moved, hence a low Z(Omega);
 * pi_ref's log-probs of the sampled tokens are already computed for the KL term (beta = 0.001 in
   the authors' scripts), so it costs nothing extra; the alternative "policy one iteration ago"
   would need a third copy of the weights;
@@ -86,7 +89,7 @@ gamma = 2^(-1/decay) (``gamma_from_decay``; decay 64 in the authors' scripts, 12
 ``future_weight``: f = clip(exp(FutureKL), 1.0, 1.2) ("high only", the code's default) or
 clip(., 0.8, 1.2); the trainer detaches it. ``future_aware_advantages``: A~ = A (1 + b f), b = 1,
 with the safety clamp f in [0.8, 1] where A < 0 and the token's ratio > 6. Note that f >= 1 and
-b = 1 double every advantage (A~ >= 2A), and in the first micro-batch of a single-epoch update
+b = 1 at least double every advantage (|A~| >= 2|A|), and in the first micro-batch of a single-epoch update
 pi_theta = pi_old, so f = 1 exactly and A~ = 2A.
 """
 
