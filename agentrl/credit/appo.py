@@ -45,7 +45,7 @@ What Omega means at rollout time (our choice)
 ---------------------------------------------
 Eq. 4 compares pi_theta with pi_old. At rollout time the rollouts were just sampled from the
 current policy, so theta = old: the authors' code takes log rho = (training-engine log-prob) -
-(generation-engine log-prob) on the same weights, which measures vLLM-vs-FSDP numerical mismatch.
+(generation-engine log-prob) on the same weights, which measures the numerical mismatch of the two engines.
 Under HF generation the two engines are the same model, so that ratio is 1 up to rounding and
 BS collapses to ties (or to rounding noise, which ``flat_tol`` catches). We define the
 rollout-time ratio against the **reference model**:
