@@ -14,6 +14,7 @@ ENV_SPECS = {
     "agentrl/TextCraft-v0": ("agentrl.envs.textcraft:TextCraftEnv", 30),
     "agentrl/WebShop-v0": ("agentrl.envs.webshop:WebShopEnv", 15),
     "agentrl/SWE-v0": ("agentrl.envs.swe:SWEEnv", 30),
+    "agentrl/ToolReason-v0": ("agentrl.envs.toolreason:ToolReasonEnv", 8),  # ends itself at max_turns
 }
 
 for _id, (_entry, _steps) in ENV_SPECS.items():

@@ -1,0 +1,393 @@
+"""APPO's formulas as pure numpy functions (Agentic Procedural Policy Optimization, arXiv:2606.12384).
+
+APPO picks *branch points* inside the model's own tokens of an initial rollout, resamples a
+continuation from each, compares initial rollouts and branches in two groups, and scales each
+token's advantage by how much the policy favours what follows it. Every function here is pure
+(arrays in, arrays out) and has an exact-value test in ``tests/credit/test_appo.py``.
+
+Token layout
+------------
+Token arrays are ``(N, T)``: the completion tokens of N rollouts of one batch, left-aligned and
+right-padded. ``mask[n, t]`` is True for the tokens that count: the model's own tokens (tool
+results, the env's ``<result>`` turns, and padding are False). The authors also skip tokens
+whose text is whitespace only; ``eligible_tokens`` builds that mask. Distances inside the decayed
+sums (``gamma ** (k - t)``) count sequence positions, so a tool result between two model tokens
+lengthens their distance but adds nothing to the sum.
+
+Branch points (Eqs. 3-5)
+------------------------
+* Entropy H_t (Eq. 3): ``entropy_from_logits(logits, temperature)`` is the paper's full-vocabulary
+  entropy of softmax(z / tau); ``entropy_from_topk(logprobs)`` is the authors' code's truncated
+  entropy over the generator's top-k log-probs (k = 10 there), not renormalised by default.
+* Future value Omega (Eq. 4): ``future_value(log_ratio, mask, gamma)`` =
+  exp(sum_{k >= t} gamma^(k-t) log rho_k) over model tokens; each log-ratio and the exponent are
+  clamped to +-20 (the code's clamp), so Omega is finite. Masked positions get exactly 1.
+* Score (Eq. 5): ``branch_score`` = Z(clip(Omega, 1 - eps', 1 + eps')) * Z(H), Z the z-score
+  within the rollout over its masked tokens with the population std + 1e-6 (the code; the paper
+  does not say). eps' = 0.2 (the code's [0.8, 1.2]; the paper gives no value).
+  ``score="entropy"`` is Table 4's pure-entropy ablation (Z(H) alone). A product of two z-scores
+  is also large when both are very negative, so the code's strict rule first takes tokens with
+  both z > 0 (``strict_candidates``).
+  When a rollout's clipped Omega is constant, Z(Omega) is 0 everywhere and every score ties at 0;
+  ``flat_omega="entropy"`` (default) then ranks that rollout by Z(H) alone, ``"keep"`` keeps the
+  zeros (ties are broken by position, i.e. the earliest tokens win). "Constant" means a
+  population std <= ``flat_tol`` (1e-6), so rounding noise in a ratio that should be 1 does not
+  pick the branch points.
+* Selection: ``select_branch_points(score, mask, budget, scope=...)``. ``scope="rollout"`` is the
+  paper (top-B per rollout, Table 3's N x B); ``scope="prompt"`` is the authors' code (one pool of
+  B points over the prompt's N rollouts). ``preferred`` (the strict rule) ranks its tokens first,
+  the rest fill by score; ``repeat=True`` cycles the chosen points until the budget is met (the
+  code's fill for short rollouts). Ties break by (rollout, position) so results are reproducible.
+  ``choose_branch_points`` chains score, strict rule and selection (paper: per rollout, not
+  strict; code: per prompt, strict).
+
+What Omega means at rollout time (our choice)
+---------------------------------------------
+Eq. 4 compares pi_theta with pi_old. At rollout time the rollouts were just sampled from the
+current policy, so theta = old: the authors' code takes log rho = (training-engine log-prob) -
+(generation-engine log-prob) on the same weights, which measures the numerical mismatch of the two engines.
+Under HF generation the two engines are the same model, so that ratio is 1 up to rounding and
+BS collapses to ties (or to rounding noise, which ``flat_tol`` catches). We define the
+rollout-time ratio against the **reference model**:
+log rho_k = log pi_theta(H_k | H_<k) - log pi_ref(H_k | H_<k). Why:
+
+* it is what the paper's Fig. 6 reading asks for: Omega large where the continuation after t is
+  one the training has made more likely (a "policy-induced likelihood gain"), small where training
+  moved away from it; a lexically rare but inconsequential token should have a suffix training
+  has not moved, hence a low Z(Omega);
+* pi_ref's log-probs of the sampled tokens are already computed for the KL term (beta = 0.001 in
+  the authors' scripts), so it costs nothing extra; the alternative "policy one iteration ago"
+  would need a third copy of the weights;
+* at the first iteration pi_theta = pi_ref, Omega = 1 and selection falls back to entropy
+  (``flat_omega="entropy"``), which is the Table 4 ablation, a sane start.
+
+With gamma = 1 (the code's rollout value) a suffix sum of a policy-vs-reference log-ratio over
+thousands of tokens saturates the [0.8, 1.2] clip almost everywhere; we therefore recommend the
+loss's gamma = 2^(-1/decay) (decay 64) for this Omega too. The trainer should expose the choice
+as a kwarg (``omega_baseline`` in {"ref", "behaviour"}; "behaviour" reproduces the code's
+definition); these functions only take the log-ratio.
+
+Advantages (Eq. 6)
+------------------
+``group_relative`` is (R - mean) / (population std + 1e-6) within a group; a group of one or with
+zero std gives exactly 0 (the code). ``dual_group_advantages`` groups initial rollouts by prompt
+and branches by prompt separately, then gives token t of initial rollout r:
+
+* ``combine="average"`` (paper, default): the average of A_init(r) and the mean of A_branch(b)
+  over r's branches b with t_b >= t (a branch keeps the chosen token t_b, so its outcome speaks
+  for every token up to and including t_b); tokens after r's last branch point get A_init(r);
+* ``combine="sum"`` (code): A_init(r) + that mean.
+
+``grouping="joint"`` is our reading of Table 4's "w/o dual group": one group per prompt holding
+initial rollouts and branches together, mapped to tokens the same way. Branch rows carry no loss.
+
+Future-aware weight (Eq. 7), applied inside the loss
+----------------------------------------------------
+``future_kl``: Delta_k = clamp(log pi_theta - log pi_old, +-20) of the current micro-batch, tokens
+with Delta > log 3 left out of the sum, FutureKL_t = sum_{k >= t} gamma^(k-t) Delta_k with
+gamma = 2^(-1/decay) (``gamma_from_decay``; decay 64 in the authors' scripts, 128 their default).
+``future_weight``: f = clip(exp(FutureKL), 1.0, 1.2) ("high only", the code's default) or
+clip(., 0.8, 1.2); the trainer detaches it. ``future_aware_advantages``: A~ = A (1 + b f), b = 1,
+with the safety clamp f in [0.8, 1] where A < 0 and the token's ratio > 6. Note that f >= 1 and
+b = 1 at least double every advantage (|A~| >= 2|A|), and in the first micro-batch of a single-epoch update
+pi_theta = pi_old, so f = 1 exactly and A~ = 2A.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+EPS = 1e-6
+"""Added to the population std in every z-score and group normalisation (the authors' code)."""
+LOG_CLAMP = 20.0
+"""Log-ratios (and Omega's exponent) are clamped to +-LOG_CLAMP."""
+MAX_DELTA = math.log(3.0)
+"""Tokens whose log-ratio exceeds log 3 are left out of FutureKL (Eq. 7, the code)."""
+SCORES = ("bs", "entropy")
+SCOPES = ("rollout", "prompt")
+COMBINES = ("average", "sum")
+GROUPINGS = ("dual", "joint")
+FLAT_OMEGA = ("entropy", "keep")
+FLAT_TOL = 1e-6
+"""A rollout's clipped Omega with a population std at most this is flat (carries no signal)."""
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def _rows(x, dtype=float) -> np.ndarray:
+    a = np.asarray(x, dtype=dtype)
+    return a[None, :] if a.ndim == 1 else a
+
+
+# ============================================================================ entropy (Eq. 3)
+def entropy_from_logits(logits, temperature: float = 1.0) -> np.ndarray:
+    """H_t = -sum_j p_j log p_j with p = softmax(z_t / tau) over the last axis (Eq. 3)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    z = np.asarray(logits, dtype=float) / temperature
+    logp = z - z.max(axis=-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(axis=-1, keepdims=True))
+    return -(np.exp(logp) * logp).sum(axis=-1)
+
+
+def entropy_from_topk(logprobs, renormalize: bool = False) -> np.ndarray:
+    """Truncated entropy -sum_{j in top-k} p_j log p_j from the generator's top-k log-probs.
+
+    The authors' code uses k = 10 without renormalising (the missing tail mass adds nothing);
+    ``renormalize=True`` first rescales the k probabilities to sum to 1. -inf entries count as 0.
+    """
+    lp = np.asarray(logprobs, dtype=float)
+    if renormalize:
+        top = lp.max(axis=-1, keepdims=True)
+        lp = lp - (top + np.log(np.exp(lp - top).sum(axis=-1, keepdims=True)))
+    p = np.exp(lp)
+    return -(p * np.where(p > 0, lp, 0.0)).sum(axis=-1)
+
+
+def eligible_tokens(model_mask, token_texts=None) -> np.ndarray:
+    """Mask of the branch-point candidates: model tokens whose text is not whitespace only."""
+    m = _rows(model_mask, bool).copy()
+    if token_texts is not None:
+        for n, texts in enumerate(token_texts):
+            for t, s in enumerate(texts[: m.shape[1]]):
+                if not str(s).strip():
+                    m[n, t] = False
+    return m
+
+
+# ============================================================================ Omega (Eq. 4)
+def discounted_suffix_sum(x, gamma: float) -> np.ndarray:
+    """out[:, t] = sum_{k >= t} gamma^(k-t) x[:, k] along the last axis."""
+    a = _rows(x)
+    if gamma == 1.0:
+        return np.cumsum(a[:, ::-1], axis=1)[:, ::-1]
+    out = np.empty_like(a)
+    acc = np.zeros(a.shape[0])
+    for t in range(a.shape[1] - 1, -1, -1):
+        acc = a[:, t] + gamma * acc
+        out[:, t] = acc
+    return out
+
+
+def future_value(log_ratio, mask, gamma: float = 1.0, clamp: float = LOG_CLAMP) -> np.ndarray:
+    """Omega_t = exp(sum_{k >= t} gamma^(k-t) log rho_k) over masked tokens (Eq. 4); 1 where masked.
+
+    ``log_ratio`` is log pi_theta - log pi_base of each sampled token (see the module docstring
+    for which base we use at rollout time); each term and the exponent are clamped to +-clamp.
+    """
+    m = _rows(mask, bool)
+    lr = np.where(m, np.clip(_rows(log_ratio), -clamp, clamp), 0.0)
+    log_omega = np.clip(discounted_suffix_sum(lr, gamma), -clamp, clamp)
+    return np.where(m, np.exp(log_omega), 1.0)
+
+
+# ============================================================================ score (Eq. 5)
+def _row_stats(a: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row mean and population std over the masked entries, as (N, 1) columns."""
+    cnt = np.maximum(m.sum(axis=1, keepdims=True), 1)
+    mean = np.where(m, a, 0.0).sum(axis=1, keepdims=True) / cnt
+    return mean, np.sqrt(np.where(m, (a - mean) ** 2, 0.0).sum(axis=1, keepdims=True) / cnt)
+
+
+def zscore_rows(x, mask, eps: float = EPS) -> np.ndarray:
+    """(x - mean) / (population std + eps) within each row over its masked entries; 0 elsewhere."""
+    a, m = _rows(x), _rows(mask, bool)
+    mean, std = _row_stats(a, m)
+    return np.where(m, (a - mean) / (std + eps), 0.0)
+
+
+def branch_score(entropy, omega, mask, clip_eps: float = 0.2, score: str = "bs",
+                 flat_omega: str = "entropy", flat_tol: float = FLAT_TOL,
+                 eps: float = EPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BS = Z(clip(Omega, 1 - eps', 1 + eps')) * Z(H) within each rollout (Eq. 5).
+
+    Returns (score, z_entropy, z_omega), all (N, T), 0 at masked positions. ``score="entropy"``
+    gives Z(H) (Table 4's ablation). A rollout whose clipped Omega has a population std <=
+    ``flat_tol`` gets Z(Omega) = 0 exactly (rounding noise would otherwise decide the ranking);
+    ``flat_omega``: see the module docstring.
+    """
+    _choice("score", score, SCORES)
+    _choice("flat_omega", flat_omega, FLAT_OMEGA)
+    m = _rows(mask, bool)
+    z_h = zscore_rows(entropy, m, eps)
+    clipped = np.clip(_rows(omega), 1.0 - clip_eps, 1.0 + clip_eps)
+    z_o = zscore_rows(clipped, m, eps)
+    z_o = np.where(_row_stats(clipped, m)[1] <= flat_tol, 0.0, z_o)
+    if score == "entropy":
+        return z_h, z_h, z_o
+    bs = z_h * z_o
+    if flat_omega == "entropy":
+        flat = ~np.any(m & (z_o != 0.0), axis=1)
+        bs = np.where(flat[:, None], z_h, bs)
+    return bs, z_h, z_o
+
+
+def strict_candidates(z_entropy, z_omega, mask, score: str = "bs") -> np.ndarray:
+    """The code's strict rule: tokens with Z(H) > 0 and Z(Omega) > 0 (Z(H) > 0 alone for
+    ``score="entropy"``, or in a rollout whose Omega is flat)."""
+    _choice("score", score, SCORES)
+    m, z_h, z_o = _rows(mask, bool), _rows(z_entropy), _rows(z_omega)
+    if score == "entropy":
+        return m & (z_h > 0)
+    flat = ~np.any(m & (z_o != 0.0), axis=1)
+    return m & (z_h > 0) & ((z_o > 0) | flat[:, None])
+
+
+def _rank(rows: np.ndarray, pos: np.ndarray, score: np.ndarray, pref: np.ndarray) -> np.ndarray:
+    """Order of candidates: preferred first, then score descending, then (rollout, position)."""
+    return np.lexsort((pos, rows, -score, ~pref))
+
+
+def _take(order: np.ndarray, budget: int, repeat: bool) -> np.ndarray:
+    if len(order) >= budget or not repeat or len(order) == 0:
+        return order[:budget]
+    return np.resize(order, budget)  # cyclic: a, b, c, a, b, ...
+
+
+def select_branch_points(score, mask, budget: int, scope: str = "rollout", preferred=None,
+                         repeat: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Branch points of one prompt's N rollouts: (rows, positions), in selection order.
+
+    ``scope="rollout"``: the top ``budget`` tokens of every rollout (the paper; N * budget points);
+    ``scope="prompt"``: the top ``budget`` of the pool of all N rollouts' tokens (the code).
+    ``preferred`` (e.g. ``strict_candidates``) ranks first, the rest fill by score. With
+    ``repeat`` a pool smaller than the budget is cycled; a rollout with no eligible token gets none.
+    """
+    _choice("scope", scope, SCOPES)
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    s, m = _rows(score), _rows(mask, bool)
+    pref = m if preferred is None else _rows(preferred, bool) & m
+    rows, pos = np.nonzero(m)
+    order = _rank(rows, pos, s[rows, pos], pref[rows, pos])
+    if scope == "prompt":
+        pick = _take(order, budget, repeat)
+    else:
+        ranked_rows = rows[order]
+        pick = np.concatenate([_take(order[ranked_rows == n], budget, repeat) for n in range(m.shape[0])]
+                              or [np.zeros(0, dtype=int)])
+    return rows[pick].astype(int), pos[pick].astype(int)
+
+
+def choose_branch_points(entropy, omega, mask, budget: int, scope: str = "rollout", strict: bool = False,
+                         score: str = "bs", clip_eps: float = 0.2, flat_omega: str = "entropy",
+                         repeat: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Score, optional strict rule, selection in one call: (rows, positions) of one prompt.
+
+    Paper: ``scope="rollout", strict=False``; the authors' code: ``scope="prompt", strict=True``.
+    """
+    bs, z_h, z_o = branch_score(entropy, omega, mask, clip_eps, score, flat_omega)
+    pref = strict_candidates(z_h, z_o, mask, score) if strict else None
+    return select_branch_points(bs, mask, budget, scope, pref, repeat)
+
+
+# ============================================================================ advantages (Eq. 6)
+def group_relative(rewards, groups, eps: float = EPS) -> np.ndarray:
+    """(R - mean_g) / (population std_g + eps) per group; exactly 0 for a group of one or zero std."""
+    r = np.asarray(rewards, dtype=float)
+    _, g = np.unique(np.asarray(groups), return_inverse=True)
+    cnt = np.bincount(g)
+    ref = r[np.unique(g, return_index=True)[1]][g]  # first member: equal values give exact 0
+    mean = ref + np.bincount(g, r - ref)[g] / cnt[g]
+    std = np.sqrt(np.bincount(g, (r - mean) ** 2)[g] / cnt[g])
+    return np.where((cnt[g] > 1) & (std > 0), (r - mean) / (std + eps), 0.0)
+
+
+def branch_token_mean(values, parent, pos, n_rollouts: int, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per initial rollout r and token t: (mean of values[b] over branches b of r with pos[b] >= t,
+    how many such branches). Both (n_rollouts, length)."""
+    v = np.asarray(values, dtype=float)
+    p, t = np.asarray(parent, dtype=int), np.asarray(pos, dtype=int)
+    if np.any((t < 0) | (t >= length)) or np.any((p < 0) | (p >= n_rollouts)):
+        raise ValueError("branch parents and positions must index the initial rollouts' tokens")
+    s = np.zeros((n_rollouts, length))
+    c = np.zeros((n_rollouts, length))
+    np.add.at(s, (p, t), v)
+    np.add.at(c, (p, t), 1.0)
+    s, c = discounted_suffix_sum(s, 1.0), discounted_suffix_sum(c, 1.0)
+    return np.where(c > 0, s / np.maximum(c, 1.0), 0.0), c
+
+
+def dual_group_advantages(init_rewards, init_groups, branch_rewards, branch_groups, branch_parent,
+                          branch_pos, length: int, combine: str = "average", grouping: str = "dual",
+                          eps: float = EPS) -> np.ndarray:
+    """Token advantages (N_init, length) of the initial rollouts from both groups (Eq. 6).
+
+    ``branch_parent[b]`` indexes the initial rollout branch b continues, ``branch_pos[b]`` the
+    chosen token (kept in the branch). ``combine`` / ``grouping``: see the module docstring.
+    """
+    _choice("combine", combine, COMBINES)
+    _choice("grouping", grouping, GROUPINGS)
+    ri, rb = np.asarray(init_rewards, dtype=float), np.asarray(branch_rewards, dtype=float)
+    gi, gb = list(init_groups), list(branch_groups)
+    if grouping == "dual":
+        a_init = group_relative(ri, gi, eps)
+        a_branch = group_relative(rb, gb, eps) if len(rb) else rb
+    else:
+        both = group_relative(np.concatenate([ri, rb]), gi + gb, eps)
+        a_init, a_branch = both[: len(ri)], both[len(ri):]
+    mean_b, cnt = branch_token_mean(a_branch, branch_parent, branch_pos, len(ri), length)
+    base = np.repeat(a_init[:, None], length, axis=1)
+    if combine == "sum":
+        return base + mean_b
+    return np.where(cnt > 0, 0.5 * (base + mean_b), base)
+
+
+# ============================================================================ future weight (Eq. 7)
+def gamma_from_decay(decay: float) -> float:
+    """gamma = 2^(-1/decay): a log-ratio ``decay`` tokens ahead counts half."""
+    if decay <= 0:
+        raise ValueError(f"decay must be > 0, got {decay}")
+    return 2.0 ** (-1.0 / decay)
+
+
+def future_kl(logp, old_logp, mask, gamma: float, clamp: float = LOG_CLAMP,
+              max_delta: float = MAX_DELTA) -> np.ndarray:
+    """FutureKL_t = sum_{k >= t} gamma^(k-t) Delta_k, Delta = clamp(logp - old_logp, +-clamp),
+    over masked tokens with Delta <= max_delta (Eq. 7's exponent, the code's form)."""
+    delta = np.clip(_rows(logp) - _rows(old_logp), -clamp, clamp)
+    keep = _rows(mask, bool) & (delta <= max_delta)
+    return discounted_suffix_sum(np.where(keep, delta, 0.0), gamma)
+
+
+def future_weight(fkl, clip_eps: float = 0.2, high_only: bool = True, clamp: float = LOG_CLAMP) -> np.ndarray:
+    """f = clip(exp(FutureKL), 1 - eps', 1 + eps'); ``high_only`` raises the floor to 1 (the code)."""
+    low = 1.0 if high_only else 1.0 - clip_eps
+    return np.clip(np.exp(np.clip(np.asarray(fkl, dtype=float), -clamp, clamp)), low, 1.0 + clip_eps)
+
+
+def future_aware_advantages(adv, weight, ratio=None, b: float = 1.0, safety_ratio: float | None = 6.0,
+                            safety_range: tuple[float, float] = (0.8, 1.0)) -> np.ndarray:
+    """A~ = A (1 + b f) (Eq. 7). Where A < 0 and the token's ratio > ``safety_ratio``, f is first
+    clamped to ``safety_range`` (the code's safety clamp; ``ratio=None`` or ``safety_ratio=None``
+    turns it off)."""
+    a = np.asarray(adv, dtype=float)
+    f = np.broadcast_to(np.asarray(weight, dtype=float), a.shape)
+    if ratio is not None and safety_ratio is not None:
+        risky = (a < 0) & (np.asarray(ratio, dtype=float) > safety_ratio)
+        f = np.where(risky, np.clip(f, *safety_range), f)
+    return a * (1.0 + b * f)
+
+
+# ============================================================================ diagnostics
+def branch_diagnostics(entropy, omega, mask, rows, pos, parent_rewards=None,
+                       branch_rewards=None) -> dict[str, float]:
+    """Branch points per rollout, entropy / Omega at the chosen points vs all masked tokens, and
+    the share of branches whose reward differs from their parent's."""
+    m = _rows(mask, bool)
+    h, o = _rows(entropy), _rows(omega)
+    rows, pos = np.asarray(rows, dtype=int), np.asarray(pos, dtype=int)
+    out = {"branch_points_per_rollout": len(rows) / max(m.shape[0], 1),
+           "entropy_all": float(h[m].mean()) if m.any() else float("nan"),
+           "omega_all": float(o[m].mean()) if m.any() else float("nan"),
+           "entropy_chosen": float(h[rows, pos].mean()) if len(rows) else float("nan"),
+           "omega_chosen": float(o[rows, pos].mean()) if len(rows) else float("nan")}
+    if parent_rewards is not None and branch_rewards is not None and len(rows):
+        parent = np.asarray(parent_rewards, dtype=float)[rows]
+        out["branch_outcome_differs"] = float(np.mean(parent != np.asarray(branch_rewards, dtype=float)))
+    return out
