@@ -48,6 +48,7 @@ CREDIT_CASES: list[tuple[str, dict[str, Any]]] = [
     ("rloo", {}),
     ("gigpo", {}),
     ("hgpo", {}),
+    ("hgpo_pairs", {}),
     ("bigpo", {}),
     ("bigpo", {"embedder": "hash_ngram", "eps": 0.25}),
     ("bigpo", {"embedder": "obs_hash", "eps": 0.0}),

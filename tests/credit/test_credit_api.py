@@ -224,8 +224,7 @@ def test_bench_smoke(capsys):
     assert bench_main(["credit", "--records", "400", "--repeats", "1", "--dim", "8", "--json"]) == 0
     js = json.loads(capsys.readouterr().out)
     rows = {r["estimator"] for r in js["results"]}
-    # hgpo_pairs (new name) joins agentrl/bench.py's CREDIT_CASES with the lead's merge
-    assert set(NAMES) - {"hgpo_pairs"} <= rows and all(r["seconds"] >= 0 for r in js["results"])
+    assert set(NAMES) <= rows and all(r["seconds"] >= 0 for r in js["results"])
     assert credit.compute("gigpo", []).diagnostics == {}
 
 
