@@ -57,14 +57,15 @@ def evaluate_held_out(model_dir: str | Path, episodes: int, max_turns: int, seed
     import torch
 
     from agentrl.eval import load_policy, summarize
-    from agentrl.rollout import hf_generate_fn, run_episodes
+    from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
 
     torch.manual_seed(seed)
     model, tok = load_policy(str(model_dir))
     gen = hf_generate_fn(model, tok, max_new_tokens=32, do_sample=False)
     tasks = [{"seed": s, "options": {"split": "valid", "families": FAMILIES}, "group_id": f"eval-{s}"}
              for s in range(episodes)]
-    eps = run_episodes(ENV_ID, tasks, gen, tok, env_kwargs=ENV_KWARGS, history_length=1, max_turns=max_turns)
+    eps = run_episodes(tasks, gen, tok, RolloutSettings(ENV_ID, env_kwargs=ENV_KWARGS, history_length=1,
+                                                        max_turns=max_turns))
     res = summarize(eps, str(model_dir), ENV_ID, "valid", {}).all
     wins = {e.group_id: bool(e.won) for e in eps}
     return {"success": res["success"], "success_se": res["success_se"], "episodes": res["episodes"],

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
 
     from agentrl.rollout.generation import left_pad, truncated_forward_fingerprints
 
-    prompts = [p for ep in tr.last_rollout["episodes"] for p in ep.prompt_ids]
+    prompts = [p for ep in tr.last_rollout["episodes"] for p in ep.tokens.prompt_ids]
     m = tr.accelerator.unwrap_model(tr.model)
     pad_id = tr.processing_class.pad_token_id
     chunks = [prompts[i:i + a.rollouts] for i in range(0, len(prompts), a.rollouts)]
