@@ -103,8 +103,10 @@ class RolloutHooks:
     of their own, as ``trainer.rollout`` numbers from the tasks it is given). Inside hooks, use
     the trainer's collective-safe helpers:
 
-    * ``trainer.rollout(tasks, **overrides)``: more episodes (e.g. CCPO counterfactual *solo*
-      rollouts with a changed context: other ``env_kwargs``, options, ``history_length``);
+    * ``trainer.rollout(tasks, **overrides)``: more episodes; ``overrides`` are
+      ``RolloutSettings`` fields (e.g. CCPO counterfactual *solo* rollouts with other
+      ``env_kwargs``; APPO branches with ``context_mode="branch"``, a registered context whose
+      ``rows`` are empty: see ``agentrl.rollout.contexts``);
     * ``trainer.generate_branches(prompt_ids, prefix_ids, k)``: APPO branching, K
       continuations of ``prompt + completion[:i]`` through ``_generate_single_turn``.
 
