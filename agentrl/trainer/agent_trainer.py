@@ -41,7 +41,13 @@ from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode, GenerateOutput, run_episodes
 from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
 from agentrl.rollout.settings import RolloutSettings
-from agentrl.trainer.rows import RowCounts, balance_rows, row_target
+from agentrl.trainer.rows import (
+    RowCounts,
+    balance_rows,
+    length_grouped_micro_batches,
+    real_token_share,
+    row_target,
+)
 
 
 # ----------------------------------------------------------------------------------- credit glue
@@ -444,6 +450,29 @@ class AgentGRPOTrainer(GRPOTrainer):
                         out["ref_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
                             self.model, ids, att, keep, batch_size=bs)
         return out
+
+    # ------------------------------------------------------------------ micro-batches
+    def groups_rows_by_length(self) -> bool:
+        """Whether the update may group rows by length: the gradient must not depend on which
+        rows share a micro-batch. It does not when every optimizer step covers whole generation
+        batches and the loss is not normalised per micro-batch (``bnpo``, the entropy mask)."""
+        a = self.args
+        return (a.gradient_accumulation_steps % a.steps_per_generation == 0 and self.loss_type != "bnpo"
+                and self.top_entropy_quantile == 1.0)
+
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        """TRL's buffering, with its shuffle + equal split replaced by ``length_grouped_micro_batches``
+        where that leaves the gradient unchanged (``groups_rows_by_length``): padding waste falls
+        from ~50% to a few % on window rows of mixed prompt lengths. Logged: ``rows/real_token_share``."""
+        if not (self.model.training and self.groups_rows_by_length()):
+            return super()._prepare_inputs(generation_batch)
+        spg = self.args.steps_per_generation
+        if self._step % (spg * self.num_iterations) == 0 or self._buffered_inputs is None:
+            # _buffered_inputs is None right after resuming from a checkpoint
+            batch = self._generate_and_score_completions(generation_batch)
+            self._buffered_inputs = length_grouped_micro_batches(batch, spg)
+            self._metrics["train"]["rows/real_token_share"].append(real_token_share(self._buffered_inputs))
+        return self._buffered_inputs[self._step % spg]
 
     # ------------------------------------------------------------------ timing
     def training_step(self, model, inputs, num_items_in_batch):
