@@ -1,15 +1,29 @@
-"""run_episodes / hf_generate_fn on the counting env (real env, scripted or tiny-model policies).
+"""run_episodes / hf_generate_fn on the counting env (real env, scripted or tiny-model policies);
+contexts as registered parts; the env batch (one reset_many, one step_many per turn, failures).
 
 Runtime: ~5 s.
 """
 
 import re
+from dataclasses import dataclass, field
 
 import pytest
 import torch
 from count_env import ENV_ID
 
-from agentrl.rollout import GenerateOutput, RolloutSettings, hf_generate_fn, run_episodes
+from agentrl.rollout import (
+    Context,
+    EnvFailure,
+    GenerateOutput,
+    InProcessEnvs,
+    RolloutSettings,
+    Row,
+    context_names,
+    hf_generate_fn,
+    make_context,
+    register_context,
+    run_episodes,
+)
 
 
 def S(**kw):
@@ -159,19 +173,6 @@ def test_hf_generate_fn_fingerprint_matches_full_forward(tiny):
 
 
 # ----------------------------------------------------------------------------- contexts as parts
-from dataclasses import dataclass, field  # noqa: E402
-
-from agentrl.rollout import (  # noqa: E402
-    Context,
-    EnvFailure,
-    InProcessEnvs,
-    Row,
-    context_names,
-    make_context,
-    register_context,
-)
-
-
 @dataclass
 class EchoTokens:
     turns: list[tuple[list[int], list[int]]] = field(default_factory=list)
