@@ -25,8 +25,8 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from agentrl.envs.probe import probe_task
 from agentrl.recipe_file import RecipeError, apply_recipe_env, first_line, read_recipe_file
-from agentrl.rollout.episodes import CONTEXT_MODES, probe_task
 
 
 def _cuda() -> bool:
@@ -153,8 +153,6 @@ class AgentRLConfig(GRPOConfig):
             self.ddp_backend = "gloo"
         if self.report_to is None:
             self.report_to = ["wandb"]
-        if self.context_mode not in CONTEXT_MODES:
-            raise RecipeError(f"context_mode must be one of {list(CONTEXT_MODES)}, got {self.context_mode!r}")
         if self.max_turns is not None and self.max_turns < 1:
             raise RecipeError(f"max_turns must be >= 1, got {self.max_turns}")
         if self.history_length < 0:
@@ -234,6 +232,15 @@ def validate_tasks(cfg: AgentRLConfig) -> None:
     except ValueError as e:
         raise RecipeError(str(e)) from None
     _CHECKED_TASKS.add(key)
+
+
+def validate_context(name: str) -> None:
+    """A registered context name (``agentrl.rollout.contexts``; a recipe's env_modules, imported
+    by ``validate_env`` before this runs, may register more)."""
+    from agentrl.rollout.contexts import context_names
+
+    if name not in context_names():
+        raise RecipeError(f"context_mode must be one of {context_names()}, got {name!r}")
 
 
 def validate_credit(name: str, kwargs: dict) -> None:
@@ -350,6 +357,7 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
 def validate_config(cfg: AgentRLConfig) -> None:
     """Checks that need other modules (env registry, credit modules, model folders, vLLM)."""
     validate_env(cfg.env_id, cfg.env_modules)
+    validate_context(cfg.context_mode)
     validate_tasks(cfg)
     validate_credit(cfg.credit, {"gamma": cfg.gamma, **(cfg.credit_kwargs or {})})
     validate_model(cfg.model_name_or_path)

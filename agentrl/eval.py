@@ -171,8 +171,8 @@ def evaluate(
     import gymnasium as gym
 
     import agentrl.envs  # noqa: F401  (registers agentrl/* ids)
-    from agentrl.rollout import hf_generate_fn, run_episodes
-    from agentrl.rollout.episodes import probe_task
+    from agentrl.envs.probe import probe_task
+    from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
 
     if env_id not in gym.registry:
         valid = ", ".join(sorted(k for k in gym.registry if k.startswith("agentrl/")))
@@ -189,11 +189,12 @@ def evaluate(
     generate = hf_generate_fn(model, tok, max_new_tokens=max_new_tokens,
                               temperature=temperature if temperature > 0 else 1.0,
                               do_sample=temperature > 0)
+    rollout = RolloutSettings(env_id, env_kwargs=dict(env_kwargs or {}), context_mode=context_mode,
+                              history_length=history_length, progress=progress)
     eps = []
     for i in range(0, len(seeds), batch_size):
         tasks = [{"seed": s, "options": options, "group_id": f"eval-{s}"} for s in seeds[i:i + batch_size]]
-        eps += run_episodes(env_id, tasks, generate, tok, env_kwargs=env_kwargs, context_mode=context_mode,
-                            history_length=history_length, progress=progress)
+        eps += run_episodes(tasks, generate, tok, rollout)
     settings = {"episodes": len(seeds), "seeds": seeds, "families": families, "temperature": temperature,
                 "max_new_tokens": max_new_tokens, "env_kwargs": env_kwargs or {}, "context_mode": context_mode,
                 "history_length": history_length}

@@ -86,7 +86,7 @@ def collect_expert(
     The user message comes from the rollout's own prompt builder with the same history the RL
     rollout keeps ((observation, parsed action body) pairs, the last ``history_length`` shown).
     """
-    from agentrl.rollout.episodes import user_prompt
+    from agentrl.rollout.prompts import user_prompt
 
     env = make_env(env_id, env_kwargs)
     base = env.unwrapped
@@ -127,7 +127,7 @@ def prompt_ids(tokenizer, user: str, prefill: str = ACTION_OPEN) -> list[int]:
     """Token ids of the RL window prompt, built exactly as ``agentrl.rollout`` builds them: the
     chat template (user turn + assistant header) as text, the prefill appended, tokenized once.
     """
-    from agentrl.rollout.episodes import chat_text, encode
+    from agentrl.rollout.prompts import chat_text, encode
 
     return encode(tokenizer, chat_text(tokenizer, user) + prefill)
 

@@ -49,7 +49,7 @@ def test_sft_prompts_equal_the_rl_rollout_prompts(tiny, expert):
     prompt token ids the SFT examples were built from (same template, history and prefill)."""
     from transformers import AutoTokenizer
 
-    from agentrl.rollout import run_episodes
+    from agentrl.rollout import RolloutSettings, run_episodes
     from agentrl.sft import completion_ids, prompt_ids
 
     tok = AutoTokenizer.from_pretrained(tiny)
@@ -60,10 +60,10 @@ def test_sft_prompts_equal_the_rl_rollout_prompts(tiny, expert):
         assert len(prompts) == 1
         return [completion_ids(tok, steps[next(turn)].action)]
 
-    (ep,) = run_episodes(ENV, [{"seed": 0, "options": OPT, "group_id": "g"}], replay, tok, env_kwargs=EK,
-                         history_length=1)
+    (ep,) = run_episodes([{"seed": 0, "options": OPT, "group_id": "g"}], replay, tok,
+                         RolloutSettings(ENV, env_kwargs=EK, history_length=1))
     assert ep.won and ep.length == 4
-    assert ep.prompt_ids == [prompt_ids(tok, s.user) for s in steps]
+    assert ep.tokens.prompt_ids == [prompt_ids(tok, s.user) for s in steps]
     # the completion is the action body, the closing tag and end of turn (prefill is in the prompt)
     assert tok.decode(completion_ids(tok, "get 2 acacia logs")) == "get 2 acacia logs</action><|im_end|>"
 
@@ -82,7 +82,7 @@ def test_sft_tiny_model_imitates_the_expert(tiny, expert, tmp_path):
     import torch
 
     from agentrl.eval import load_policy
-    from agentrl.rollout import hf_generate_fn, run_episodes
+    from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
     from agentrl.sft import sft_train
 
     torch.manual_seed(0)
@@ -94,8 +94,8 @@ def test_sft_tiny_model_imitates_the_expert(tiny, expert, tmp_path):
     assert losses[0] > 1.0 and losses[-1] < 0.1 * losses[0]
     model, tok = load_policy(str(tmp_path / "sft"))
     gen = hf_generate_fn(model, tok, max_new_tokens=24, do_sample=False)
-    (ep,) = run_episodes(ENV, [{"seed": 0, "options": OPT, "group_id": "g"}], gen, tok, env_kwargs=EK,
-                         history_length=1, max_turns=8)
+    (ep,) = run_episodes([{"seed": 0, "options": OPT, "group_id": "g"}], gen, tok,
+                         RolloutSettings(ENV, env_kwargs=EK, history_length=1, max_turns=8))
     assert ep.won
     assert [r.action for r in ep.steps] == [s.action for s in expert.steps[:4]]
 

@@ -144,6 +144,7 @@ class TextEnv(gym.Env):
         self._won = bool(extra.pop("won", self._won))
         self._obs = to_printable(obs)
         info = self._info(action=action, valid=valid, extra=extra)
+        info["penalty"] = 0.0 if valid else float(self.invalid_action_penalty)  # already in ``reward``
         return self._obs, float(reward), bool(terminated), False, info
 
     def _info(self, action: str | None, valid: bool, extra: dict) -> dict[str, Any]:

@@ -1,40 +1,62 @@
-"""Multi-turn rollouts (framework-free): ``run_episodes`` + generate callables.
+"""Multi-turn rollouts (framework-free): ``run_episodes`` + its parts.
 
-API agreed in ``.agent_notes/ROLLOUT_API.md``.
+* ``settings``: ``RolloutSettings``, what ``run_episodes`` plays and how;
+* ``env_batch``: ``EnvFailure``, ``InProcessEnvs`` (the env-batch interface a worker pool shares);
+* ``contexts``: ``window`` / ``trajectory`` and the registry new contexts join;
+* ``episodes``: ``Episode`` and the turn loop ``run_episodes``;
+* ``prompts``: chat-template and env prompt helpers; ``generation``: generate callables.
+
+The data flow through them is described in ``docs/design.md``.
 """
 
-from agentrl.rollout.episodes import (
-    CONTEXT_MODES,
-    Episode,
-    GenerateOutput,
-    chat_text,
-    decode_response,
-    encode,
-    episodes_to_records,
-    run_episodes,
-    turn_message,
-    user_prompt,
+from agentrl.rollout.contexts import (
+    Context,
+    Row,
+    TrajectoryContext,
+    TrajectoryTokens,
+    WindowContext,
+    WindowTokens,
+    context_names,
+    make_context,
+    register_context,
 )
+from agentrl.rollout.env_batch import EnvBatch, EnvFailure, InProcessEnvs
+from agentrl.rollout.episodes import Episode, GenerateOutput, Slot, episodes_to_records, run_episodes
 from agentrl.rollout.generation import (
     FingerprintCapture,
     decoder_layers,
     hf_generate_fn,
     truncated_forward_fingerprints,
 )
+from agentrl.rollout.prompts import chat_text, decode_response, encode, turn_message, user_prompt
+from agentrl.rollout.settings import RolloutSettings
 
 __all__ = [
-    "CONTEXT_MODES",
+    "Context",
+    "Row",
+    "TrajectoryContext",
+    "TrajectoryTokens",
+    "WindowContext",
+    "WindowTokens",
+    "context_names",
+    "make_context",
+    "register_context",
+    "EnvBatch",
+    "EnvFailure",
+    "InProcessEnvs",
     "Episode",
     "GenerateOutput",
-    "chat_text",
-    "decode_response",
-    "encode",
-    "user_prompt",
+    "Slot",
     "episodes_to_records",
     "run_episodes",
-    "turn_message",
     "FingerprintCapture",
     "decoder_layers",
     "hf_generate_fn",
     "truncated_forward_fingerprints",
+    "chat_text",
+    "decode_response",
+    "encode",
+    "turn_message",
+    "user_prompt",
+    "RolloutSettings",
 ]

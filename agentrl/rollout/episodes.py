@@ -1,42 +1,33 @@
 """Multi-turn rollouts: many text envs stepped in lock-step, one batched generate call per turn.
 
-This module is framework-free (no TRL): the trainer, eval and the demo all drive it through a
-``generate`` callable. ``run_episodes`` is the API agreed in ``.agent_notes/ROLLOUT_API.md``.
+Framework-free (no TRL): the trainer, eval, the demo and SFT all drive ``run_episodes`` through a
+``generate`` callable. It knows three parts and asks each only its job:
 
-Context modes (DESIGN.md):
-
-* ``window``: every step is its own prompt: the env's user message built by
-  ``env.unwrapped.prompt(obs, info, history[-h:], step)`` (task + last h steps + current obs),
-  rendered with the tokenizer's chat template, then the ``prefill`` text (``<action>``) right
-  after the assistant header. The completion is the model's action tokens.
-* ``trajectory``: one growing token sequence per episode. The model's tokens are kept exactly as
-  generated; env turns (end of the assistant turn, a user message with the new observation, the
-  next assistant header and the prefill) are tokenized once and appended with mask 0. History is
-  never re-tokenized.
+* the **env batch** (``agentrl.rollout.env_batch``): ``reset_many`` once for all slots,
+  ``step_many`` once per turn for all active slots, the env's prompt builders;
+* the **context** (``agentrl.rollout.contexts``, chosen by ``settings.context_mode``): the prompt
+  of each turn and what an accepted turn adds to the episode's tokens;
+* the **generate** callable: one call per turn with the prompts of all active episodes.
 
 Robustness rules: a malformed response goes to the env (it applies its penalty, the episode goes
-on); an over-long window prompt first drops history pairs, and if even h=0 does not fit (or a
-trajectory outgrows the budget) the episode ends ``truncated``; an env that raises ends that
-episode failed + truncated with ``error`` set. Nothing here raises on model output.
+on); a prompt that does not fit ``max_prompt_tokens`` ends the episode ``truncated`` (the
+context decides what "fit" means); an env call that fails (an ``EnvFailure``) or a prompt
+builder that raises ends that episode failed + truncated with ``error`` set. Nothing here
+raises on model output.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.actions import parse_action
-from agentrl.recipe_file import first_line
 from agentrl.records import StepRecord
-
-CONTEXT_MODES = ("window", "trajectory")
-
-# Markers used to cut the chat template into reusable pieces (trajectory mode).
-_U_MARK = "\x00AGENTRL_USER\x00"
-_A_MARK = "\x00AGENTRL_ASSISTANT\x00"
+from agentrl.rollout.contexts import Context, make_context
+from agentrl.rollout.env_batch import EnvBatch, EnvFailure, InProcessEnvs
+from agentrl.rollout.prompts import chat_text, decode_response, encode
+from agentrl.rollout.settings import RolloutSettings
 
 
 @dataclass
@@ -68,349 +59,203 @@ class Episode:
     task_family: str | None = None
     n_invalid: int = 0
     error: str | None = None
-    """Message of the exception an env raised (the episode then ended failed + truncated)."""
+    """Why an env call or a prompt builder failed (the episode then ended failed + truncated)."""
     seed: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
-    # window mode: one (prompt, completion) token pair per step
-    prompt_ids: list[list[int]] = field(default_factory=list)
-    completion_ids: list[list[int]] = field(default_factory=list)
-    # trajectory mode: initial prompt, then model/env tokens interleaved
-    traj_prompt_ids: list[int] = field(default_factory=list)
-    traj_completion_ids: list[int] = field(default_factory=list)
-    env_mask: list[int] = field(default_factory=list)
-    """1 = model token (trained), 0 = env token (masked out of the loss); aligned with
-    ``traj_completion_ids``."""
-    step_spans: list[tuple[int, int]] = field(default_factory=list)
-    """[start, end) of each step's model tokens inside ``traj_completion_ids``."""
-
-
-def chat_text(tokenizer, user_text: str) -> str:
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
-    )
-
-
-def encode(tokenizer, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-class _TurnTemplate:
-    """The chat template cut into pieces so that an env turn can be appended as tokens.
-
-    For ChatML: after the assistant's action comes ``<|im_end|>\\n`` (``close``), then
-    ``<|im_start|>user\\n`` + obs + ``<|im_end|>\\n<|im_start|>assistant\\n`` (``open_user`` /
-    ``close_user``). Works for any template whose rendering of a longer conversation extends the
-    rendering of a shorter one (true of ChatML, Qwen2.5, SmolLM2, Llama-3).
-    """
-
-    def __init__(self, tokenizer):
-        msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _A_MARK}]
-        base = tokenizer.apply_chat_template(msgs, tokenize=False)
-        full = tokenizer.apply_chat_template(
-            msgs + [{"role": "user", "content": _U_MARK}], tokenize=False, add_generation_prompt=True
-        )
-        if not full.startswith(base) or _U_MARK not in full or _A_MARK not in base:
-            raise ValueError("trajectory mode needs a chat template whose renderings extend each other")
-        self.close = base.split(_A_MARK, 1)[1]
-        self.open_user, self.close_user = full[len(base):].split(_U_MARK, 1)
-        eos = tokenizer.eos_token or ""
-        # If the model's completion already ends with EOS, the close text must not repeat it.
-        self.close_after_eos = self.close[len(eos):] if eos and self.close.startswith(eos) else self.close
-
-    def env_text(self, obs_msg: str, completion_ended_with_eos: bool, prefill: str) -> str:
-        close = self.close_after_eos if completion_ended_with_eos else self.close
-        return close + self.open_user + obs_msg + self.close_user + prefill
-
-
-def turn_message(env, obs: str, info: dict[str, Any], step: int) -> str:
-    """Trajectory mode's user message for a later turn: the new observation (+ admissible
-    actions where the env lists them). An env may define ``turn_prompt(obs, info, step)``."""
-    fn = getattr(env, "turn_prompt", None)
-    if callable(fn):
-        return fn(obs, info, step)
-    lines = [f"Observation: {obs}"]
-    adm = info.get("admissible_actions")
-    if adm:
-        lines.append("Admissible actions: " + ", ".join(adm))
-    return "\n".join(lines)
-
-
-def probe_task(env_id: str, env_kwargs: dict[str, Any] | None, seed: int | None,
-               options: dict[str, Any]) -> None:
-    """Make the env and reset it once: bad env kwargs or reset options (split, families) raise a
-    one-line ValueError here, instead of turning every episode of a run into an env error."""
-    import gymnasium as gym
-
-    try:
-        env = gym.make(env_id, **(env_kwargs or {}))
-    except Exception as e:
-        raise ValueError(f"cannot make {env_id} with env_kwargs {env_kwargs}: {first_line(e)}") from None
-    try:
-        env.reset(seed=seed, options=options)
-    except Exception as e:
-        raise ValueError(f"cannot reset {env_id} with task options {options}: {first_line(e)}") from None
-    finally:
-        env.close()
-
-
-@functools.cache
-def _takes_history_length(env_cls: type) -> bool:
-    """Whether ``env_cls.prompt`` accepts ``history_length`` (once per class: it is asked on
-    every turn of every episode)."""
-    try:
-        params = inspect.signature(env_cls.prompt).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "history_length" or p.kind is p.VAR_KEYWORD for p in params)
-
-
-def user_prompt(env, obs, info, history, step, h) -> str:
-    recent = history[-h:] if h > 0 else []
-    if _takes_history_length(type(env)):
-        return env.prompt(obs, info, recent, step, history_length=h)
-    return env.prompt(obs, info, recent, step)  # an env with only the contract's four arguments
+    context: Context | None = field(default=None, repr=False, compare=False)
+    """The context that played it; ``context.rows(episode, advantages)`` gives its training rows."""
+    tokens: Any = None
+    """The context's per-episode state (``WindowTokens``, ``TrajectoryTokens``, ...)."""
 
 
 @dataclass
-class _Slot:
+class Slot:
+    """The rollout's view of one episode in progress (what contexts read and update)."""
+
+    i: int
+    """Index of the env in the env batch (= the task's index)."""
     ep: Episode
-    env: Any
     obs: str = ""
     info: dict[str, Any] = field(default_factory=dict)
     history: list[tuple[str, str]] = field(default_factory=list)
+    """(observation, action) pairs of the steps taken."""
     t: int = 0
+    """Step index of the next action."""
+    turns: int = 0
+    """Turns generated for this slot in this call (0 = its first prompt is next)."""
     active: bool = True
-    pending_prompt: list[int] | None = None
+    prompt: list[int] | None = None
+    """The prompt sent this turn."""
 
 
-def _end(slot: _Slot, truncated: bool, error: str | None = None) -> None:
-    slot.active = False
-    ep = slot.ep
-    ep.truncated = ep.truncated or truncated
-    if error is not None:
-        ep.error = error
-        ep.won = False
-        ep.truncated = True
-    if ep.steps:
-        last = ep.steps[-1]
-        last.done = True
-        last.truncated = ep.truncated
-        if ep.error:
-            last.info["error"] = ep.error
-    for r in ep.steps:
-        r.won = ep.won
-    try:
-        slot.env.close()
-    except Exception:
-        pass
-
-
-def run_episodes(
-    env_id: str,
-    tasks: Sequence[dict[str, Any]],
-    generate: GenerateFn,
-    tokenizer,
-    env_kwargs: dict[str, Any] | None = None,
-    context_mode: str = "window",
-    history_length: int = 2,
-    max_turns: int | None = None,
-    max_prompt_tokens: int = 2048,
-    prefill: str = "<action>",
-    progress: bool = False,
-    sync: Callable[[bool], bool] | None = None,
-    dummy_prompt: list[int] | None = None,
-    pad_batch: bool = False,
-) -> list[Episode]:
+def run_episodes(tasks: Sequence[dict[str, Any]], generate: GenerateFn, tokenizer, settings: RolloutSettings,
+                 envs: EnvBatch | None = None) -> list[Episode]:
     """Play one episode per task; return them in task order.
 
     Args:
-        env_id: a registered gymnasium id (``agentrl/TextCraft-v0``; ``import envs`` registers).
-        tasks: each ``{"seed": int, "options": dict, "group_id": str}`` (``traj_id`` optional).
+        tasks: each ``{"seed": int, "options": dict, "group_id": str}`` (``traj_id`` optional;
+            a context may read more keys in ``new_state``).
         generate: batch of prompt token ids -> completion token ids (or a ``GenerateOutput``).
             Called exactly once per turn with the prompts of all active envs.
         tokenizer: HF tokenizer with a chat template.
-        env_kwargs: passed to ``gymnasium.make``.
-        context_mode: "window" or "trajectory" (module docstring).
-        history_length: (obs, action) pairs in a window prompt (shrinks when over-long).
-        max_turns: step cap per episode; default the env's ``max_episode_steps``.
-        max_prompt_tokens: prompt budget; window: shrink history, then truncate; trajectory:
-            the whole sequence so far must fit, else the episode ends truncated.
-        prefill: text put after the assistant header; it is part of the env's response text.
-        progress: tqdm bar over turns.
-        sync: lock-step hook for distributed training: called once per turn with "this rank
-            still has active episodes"; returns whether ANY rank has. While it returns True a
-            rank with nothing left still calls ``generate`` (with ``dummy_prompt``), so every
-            rank makes the same number of generate calls (ZeRO-3 gather / vLLM are collectives).
-        dummy_prompt: prompt ids used for the filler row (default: the first task's first prompt).
-        pad_batch: always call ``generate`` with ``len(tasks)`` prompts (finished slots filled
-            with ``dummy_prompt``): needed where ranks must pass equal list lengths (vLLM server).
+        settings: what to play and how (``RolloutSettings``).
+        envs: an env batch with at least ``len(tasks)`` slots (e.g. a worker pool); the caller
+            owns and closes it. Default: ``InProcessEnvs`` made and closed here.
     """
-    import gymnasium as gym
+    own = envs is None
+    if envs is None:
+        envs = InProcessEnvs(settings.env_id, settings.env_kwargs, len(tasks))
+    try:
+        return _Rollout(tasks, generate, tokenizer, settings, envs).run()
+    finally:
+        if own:
+            envs.close()
 
-    import agentrl.envs  # noqa: F401  (registers agentrl/* ids)
 
-    if context_mode not in CONTEXT_MODES:
-        raise ValueError(f"context_mode must be one of {CONTEXT_MODES}, got {context_mode!r}")
-    env_kwargs = dict(env_kwargs or {})
-    tmpl = _TurnTemplate(tokenizer) if context_mode == "trajectory" else None
-    eos_id = tokenizer.eos_token_id
+class _Rollout:
+    """One ``run_episodes`` call: the slots, the turn loop and the end-of-episode rules."""
 
-    slots: list[_Slot] = []
-    for i, task in enumerate(tasks):
-        gid = str(task.get("group_id", f"g{i}"))
-        ep = Episode(group_id=gid, traj_id=str(task.get("traj_id", f"{gid}/{i}")),
-                     seed=task.get("seed"), options=dict(task.get("options") or {}))
-        try:
-            env = gym.make(env_id, **env_kwargs)
-        except Exception as e:  # a bad env id / kwargs is a config error: surface it
-            raise ValueError(f"cannot make env {env_id!r} with {env_kwargs}: {e}") from e
-        slot = _Slot(ep=ep, env=env)
-        slots.append(slot)
-        try:
-            slot.obs, slot.info = env.reset(seed=task.get("seed"), options=ep.options)
-            ep.task_family = slot.info.get("task_family")
-        except Exception as e:
-            _end(slot, truncated=True, error=f"reset: {type(e).__name__}: {e}")
-    if max_turns is None:
-        spec_steps = [s.env.spec.max_episode_steps for s in slots if s.env.spec is not None]
-        max_turns = max([m for m in spec_steps if m] or [30])
+    def __init__(self, tasks, generate: GenerateFn, tokenizer, settings: RolloutSettings, envs: EnvBatch):
+        self.tasks, self.generate, self.tokenizer = list(tasks), generate, tokenizer
+        self.settings, self.envs = settings, envs
+        self.context = make_context(settings.context_mode, tokenizer, settings)
+        self.dummy = settings.dummy_prompt
+        self.slots: list[Slot] = []
+        self.max_turns = 0
 
-    def build_prompt(slot: _Slot) -> list[int] | None:
-        u = slot.env.unwrapped
-        if context_mode == "window":
-            for h in range(max(history_length, 0), -1, -1):
-                text = chat_text(tokenizer, user_prompt(u, slot.obs, slot.info, slot.history, slot.t, h)) + prefill
-                ids = encode(tokenizer, text)
-                if len(ids) <= max_prompt_tokens:
-                    return ids
-                if slot.t == 0 or not slot.history:
-                    break  # no history to drop
-            return None
-        ep = slot.ep
-        if slot.t == 0:
-            text = chat_text(tokenizer, user_prompt(u, slot.obs, slot.info, [], 0, 0)) + prefill
-            ep.traj_prompt_ids = encode(tokenizer, text)
-        ids = ep.traj_prompt_ids + ep.traj_completion_ids
-        return ids if len(ids) <= max_prompt_tokens else None
+    def run(self) -> list[Episode]:
+        self._start()
+        bar = None
+        if self.settings.progress:
+            from tqdm.auto import tqdm
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+            bar = tqdm(total=self.max_turns, desc="rollout turns", leave=False)
+        while True:
+            active = self._prompts()
+            sync = self.settings.sync
+            if not (sync(bool(active)) if sync is not None else bool(active)):
+                break
+            completions, fps = self._generate(active)
+            self._step(active, completions, fps)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(active=len(active))
+        if bar is not None:
+            bar.close()
+        for s in self.slots:
+            if s.active:
+                self._end(s, truncated=True)
+        return [s.ep for s in self.slots]
 
-        bar = tqdm(total=max_turns, desc="rollout turns", leave=False)
-    turn = 0
-    while True:
+    def _start(self) -> None:
+        """Episodes for the tasks, one reset_many for all slots, then the context's after_reset."""
+        for i, task in enumerate(self.tasks):
+            gid = str(task.get("group_id", f"g{i}"))
+            ep = Episode(group_id=gid, traj_id=str(task.get("traj_id", f"{gid}/{i}")), seed=task.get("seed"),
+                         options=dict(task.get("options") or {}), context=self.context,
+                         tokens=self.context.new_state(task))
+            self.slots.append(Slot(i=i, ep=ep))
+        results = self.envs.reset_many([(s.i, s.ep.seed, s.ep.options) for s in self.slots]) if self.slots else []
+        for s, res in zip(self.slots, results, strict=True):
+            if isinstance(res, EnvFailure):
+                self._end(s, truncated=True, error=res.reason)
+            else:
+                s.obs, s.info = res
+                s.ep.task_family = s.info.get("task_family")
+        self.context.after_reset(self.envs, [s for s in self.slots if s.active])
+        self.max_turns = self.settings.max_turns or self.envs.max_episode_steps() or 30
+
+    def _prompts(self) -> list[Slot]:
+        """This turn's prompt of every active slot; slots out of turns or out of budget end."""
         active = []
-        for s in slots:
+        for s in self.slots:
             if not s.active:
                 continue
-            if s.t >= max_turns:
-                _end(s, truncated=True)
+            if s.t >= self.max_turns:
+                self._end(s, truncated=True)
                 continue
+            build = self.context.first_prompt if s.turns == 0 else self.context.next_prompt
             try:
-                p = build_prompt(s)
+                s.prompt = build(self.envs, s)
             except Exception as e:  # the env's prompt builder failed: this episode ends, training goes on
-                _end(s, truncated=True, error=f"prompt: {type(e).__name__}: {e}")
+                self._end(s, truncated=True, error=f"prompt: {type(e).__name__}: {e}")
                 continue
-            if p is None:
-                _end(s, truncated=True)
+            if s.prompt is None:
+                self._end(s, truncated=True)
                 continue
-            s.pending_prompt = p
             active.append(s)
-        go_on = sync(bool(active)) if sync is not None else bool(active)
-        if not go_on:
-            break
-        prompts = [s.pending_prompt for s in active]
-        if dummy_prompt is None:
-            dummy_prompt = prompts[0] if prompts else encode(tokenizer, chat_text(tokenizer, "") + prefill)
-        n_real = len(prompts)
-        if pad_batch:
-            prompts = prompts + [dummy_prompt] * (len(tasks) - n_real)
+        return active
+
+    def _generate(self, active: list[Slot]) -> tuple[list[list[int]], list | None]:
+        """One generate call (with filler prompts where ranks or vLLM need them)."""
+        prompts = [s.prompt for s in active]
+        if self.dummy is None:
+            self.dummy = prompts[0] if prompts else encode(
+                self.tokenizer, chat_text(self.tokenizer, "") + self.settings.prefill)
+        if self.settings.pad_batch:
+            prompts = prompts + [self.dummy] * (len(self.tasks) - len(prompts))
         elif not prompts:
-            prompts = [dummy_prompt]
-        out = generate(prompts)
+            prompts = [self.dummy]
+        out = self.generate(prompts)
         if isinstance(out, GenerateOutput):
-            completions, fps = out.completion_ids, out.fingerprints
-        else:
-            completions, fps = out, None
-        for j, s in enumerate(active):
-            _apply_turn(s, list(completions[j]), fps[j] if fps is not None else None, tokenizer,
-                        prefill, context_mode, tmpl, eos_id)
-        turn += 1
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(active=n_real)
-    if bar is not None:
-        bar.close()
-    for s in slots:
-        if s.active:
-            _end(s, truncated=True)
-    return [s.ep for s in slots]
+            return out.completion_ids, out.fingerprints
+        return out, None
 
+    def _step(self, active: list[Slot], completions, fps) -> None:
+        """One step_many for all active slots, then each result applied to its episode."""
+        comps = [list(completions[j]) for j in range(len(active))]
+        responses = [self.settings.prefill + decode_response(self.tokenizer, c) for c in comps]
+        results = self.envs.step_many([(s.i, r) for s, r in zip(active, responses, strict=True)])
+        for j, (s, res) in enumerate(zip(active, results, strict=True)):
+            if isinstance(res, EnvFailure):
+                # The step that failed is not recorded (there is no reward for it); the episode ends.
+                self._end(s, truncated=True, error=res.reason)
+            else:
+                self._apply(s, comps[j], fps[j] if fps is not None else None, responses[j], res)
 
-def _apply_turn(s: _Slot, comp: list[int], fp, tokenizer, prefill, context_mode, tmpl, eos_id) -> None:
-    ep = s.ep
-    response = prefill + decode_response(tokenizer, comp)
-    prev_info = s.info
-    try:
-        obs, reward, terminated, truncated, info = s.env.step(response)
-    except Exception as e:
-        # The step that raised is not recorded (there is no reward for it); the episode ends.
-        _end(s, truncated=True, error=f"step: {type(e).__name__}: {e}")
-        return
-    action = info.get("action") or parse_action(response) or response
-    valid = bool(info.get("action_valid", parse_action(response) is not None))
-    # the env's invalid-action penalty, already inside ``reward`` (credit's penalty="step" needs it)
-    base_env = getattr(s.env, "unwrapped", s.env)
-    penalty = 0.0 if valid else float(getattr(base_env, "invalid_action_penalty", 0.0))
-    rec = StepRecord(
-        group_id=ep.group_id, traj_id=ep.traj_id, t=s.t, obs=s.obs, action=action,
-        reward=float(reward), done=False, action_token_ids=list(comp),
-        fingerprint=[float(x) for x in fp] if fp is not None else None,
-        state_sig=prev_info.get("state_sig"), action_sig=info.get("action_sig"),
-        task_family=ep.task_family, valid=valid, penalty=penalty,
-        info={"prompt_tokens": len(s.pending_prompt or [])},
-    )
-    ep.steps.append(rec)
-    ep.return_ += float(reward)
-    ep.length += 1
-    ep.n_invalid += int(not valid)
-    ep.won = bool(info.get("won", ep.won))
-    if context_mode == "window":
-        ep.prompt_ids.append(list(s.pending_prompt))
-        ep.completion_ids.append(list(comp))
-    else:
-        start = len(ep.traj_completion_ids)
-        ep.traj_completion_ids.extend(comp)
-        ep.env_mask.extend([1] * len(comp))
-        ep.step_spans.append((start, start + len(comp)))
-    s.history.append((s.obs, action))
-    s.obs, s.info = obs, info
-    s.t += 1
-    if terminated or truncated:
-        _end(s, truncated=bool(truncated and not terminated))
-        return
-    if context_mode == "trajectory":
-        ended_eos = bool(comp) and comp[-1] == eos_id
-        try:
-            message = turn_message(s.env.unwrapped, obs, info, s.t)
-        except Exception as e:  # as above: the episode ends with what it has
-            _end(s, truncated=True, error=f"turn prompt: {type(e).__name__}: {e}")
-            return
-        text = tmpl.env_text(message, ended_eos, prefill)
-        env_ids = encode(tokenizer, text)
-        ep.traj_completion_ids.extend(env_ids)
-        ep.env_mask.extend([0] * len(env_ids))
+    def _apply(self, s: Slot, comp: list[int], fp, response: str, result) -> None:
+        obs, reward, terminated, truncated, info = result
+        ep = s.ep
+        action = info.get("action") or parse_action(response) or response
+        valid = bool(info.get("action_valid", parse_action(response) is not None))
+        ep.steps.append(StepRecord(
+            group_id=ep.group_id, traj_id=ep.traj_id, t=s.t, obs=s.obs, action=action,
+            reward=float(reward), done=False, action_token_ids=list(comp),
+            fingerprint=[float(x) for x in fp] if fp is not None else None,
+            state_sig=s.info.get("state_sig"), action_sig=info.get("action_sig"),
+            task_family=ep.task_family, valid=valid, info={"prompt_tokens": len(s.prompt or [])},
+            # the env's invalid-action penalty, already inside ``reward`` (credit's penalty="step")
+            penalty=float(info.get("penalty", 0.0)),
+        ))
+        ep.return_ += float(reward)
+        ep.length += 1
+        ep.n_invalid += int(not valid)
+        ep.won = bool(info.get("won", ep.won))
+        self.context.append_turn(s, s.prompt, comp)
+        s.history.append((s.obs, action))
+        s.obs, s.info = obs, info
+        s.t += 1
+        s.turns += 1
+        if terminated or truncated:
+            self._end(s, truncated=bool(truncated and not terminated))
 
-
-def decode_response(tokenizer, ids: list[int]) -> str:
-    """Completion text as the env sees it. Special tokens are kept (a tokenizer may make
-    ``</action>`` special, as the tiny models do) except EOS/pad and the chat-turn markers."""
-    drop = {tokenizer.eos_token_id, tokenizer.pad_token_id}
-    text = tokenizer.decode([t for t in ids if t not in drop], skip_special_tokens=False)
-    for tok_text in ("<|im_end|>", "<|im_start|>", "<|endoftext|>", "<|eot_id|>"):
-        text = text.replace(tok_text, "")
-    return text
+    @staticmethod
+    def _end(slot: Slot, truncated: bool, error: str | None = None) -> None:
+        slot.active = False
+        ep = slot.ep
+        ep.truncated = ep.truncated or truncated
+        if error is not None:
+            ep.error = error
+            ep.won = False
+            ep.truncated = True
+        if ep.steps:
+            last = ep.steps[-1]
+            last.done = True
+            last.truncated = ep.truncated
+            if ep.error:
+                last.info["error"] = ep.error
+        for r in ep.steps:
+            r.won = ep.won
 
 
 def episodes_to_records(episodes: Sequence[Episode]) -> list[StepRecord]:

@@ -16,6 +16,31 @@ import tempfile
 from pathlib import Path
 
 
+def _fingerprint_pass_costs(tr, chunk: int, layer: int) -> tuple[float, float]:
+    """Seconds of the truncated forward (used under vLLM) and of a dedicated full forward with
+    hidden states (BiPACE's approach) over the last iteration's prompts, in chunks of ``chunk``."""
+    import time
+
+    import torch
+
+    from agentrl.rollout.generation import left_pad, truncated_forward_fingerprints
+
+    prompts = [p for ep in tr.last_rollout["episodes"] for p in ep.tokens.prompt_ids]
+    m = tr.accelerator.unwrap_model(tr.model)
+    pad_id = tr.processing_class.pad_token_id
+    chunks = [prompts[i:i + chunk] for i in range(0, len(prompts), chunk)]
+    t0 = time.perf_counter()
+    for c in chunks:
+        truncated_forward_fingerprints(m, c, layer, pad_id)
+    trunc_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for c in chunks:
+            ids, att = left_pad(c, pad_id, tr.accelerator.device)
+            m(input_ids=ids, attention_mask=att, output_hidden_states=True)
+    return trunc_s, time.perf_counter() - t0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny", help="'tiny' (built on the fly), 'smollm2' or a model folder")
@@ -62,27 +87,7 @@ def main(argv=None) -> int:
         v = [float(h[k]) for h in later if k in h]
         return sum(v) / len(v) if v else None
 
-    # For comparison: what a dedicated fingerprint pass over the last iteration's prompts costs
-    # (BiPACE's approach: a full forward with hidden states), and the truncated forward used
-    # under vLLM, both in chunks of --rollouts prompts.
-    import time
-
-    from agentrl.rollout.generation import left_pad, truncated_forward_fingerprints
-
-    prompts = [p for ep in tr.last_rollout["episodes"] for p in ep.prompt_ids]
-    m = tr.accelerator.unwrap_model(tr.model)
-    pad_id = tr.processing_class.pad_token_id
-    chunks = [prompts[i:i + a.rollouts] for i in range(0, len(prompts), a.rollouts)]
-    t0 = time.perf_counter()
-    for c in chunks:
-        truncated_forward_fingerprints(m, c, a.fingerprint_layer, pad_id)
-    trunc_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for c in chunks:
-            ids, att = left_pad(c, pad_id, tr.accelerator.device)
-            m(input_ids=ids, attention_mask=att, output_hidden_states=True)
-    full_s = time.perf_counter() - t0
+    trunc_s, full_s = _fingerprint_pass_costs(tr, a.rollouts, a.fingerprint_layer)
     step = mean("step_time")
     fp = mean("time/fingerprint_s") or 0.0
     print(json.dumps({

@@ -106,11 +106,12 @@ def test_trajectory_mode_masks_env_tokens(tmp_path, tiny_model_dir):
         c = rows["completion_ids"][i]
         lm = rows["tool_mask"][i]
         # loss tokens are exactly the model's tokens of each step; env tokens have mask 0
-        model_tok = [t for s, e in ep.step_spans for t in ep.traj_completion_ids[s:e]]
+        model_tok = [t for s, e in ep.tokens.step_spans for t in ep.tokens.completion_ids[s:e]]
         assert c[lm.bool()].tolist() == model_tok
-        env_text = tok.decode(c[: len(ep.traj_completion_ids)][~lm[: len(ep.traj_completion_ids)].bool()])
+        n_c = len(ep.tokens.completion_ids)
+        env_text = tok.decode(c[:n_c][~lm[:n_c].bool()])
         assert env_text.count("<|im_start|>user") == n - 1
-        for (s, e), a in zip(ep.step_spans, expected[k: k + n], strict=True):
+        for (s, e), a in zip(ep.tokens.step_spans, expected[k: k + n], strict=True):
             assert torch.allclose(rows["advantages"][i][s:e], torch.full((e - s,), float(a)), atol=1e-5)
         k += n
 
@@ -148,7 +149,8 @@ def test_fingerprints_hooks_and_branches(tmp_path, tiny_model_dir):
         def after_rollout(self, trainer, episodes):
             extra = [{"seed": 0, "options": {"length": 2, "parity": True}, "group_id": "cf", "traj_id": f"cf/{i}"}
                      for i in range(2)]
-            self.branches = trainer.generate_branches(episodes[0].prompt_ids[0], episodes[0].completion_ids[0][:1], 3)
+            first = episodes[0].tokens
+            self.branches = trainer.generate_branches(first.prompt_ids[0], first.completion_ids[0][:1], 3)
             return episodes + trainer.rollout(extra, history_length=0)
 
     hooks = Counterfactual()
@@ -174,7 +176,7 @@ def test_fingerprints_hooks_and_branches(tmp_path, tiny_model_dir):
     h = ref.model.layers[-1].register_forward_hook(grab)
     ep = lr["episodes"][0]
     with torch.no_grad():
-        ref(input_ids=torch.tensor([ep.prompt_ids[0]]))
+        ref(input_ids=torch.tensor([ep.tokens.prompt_ids[0]]))
     h.remove()
     assert torch.allclose(torch.tensor(ep.steps[0].fingerprint), box["h"], atol=1e-4)
 

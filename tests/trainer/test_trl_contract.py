@@ -40,6 +40,11 @@ def test_prepare_inputs_buffers_and_splits_generation_batch():
     src = inspect.getsource(__import__("trl").GRPOTrainer._prepare_inputs)
     assert "self._generate_and_score_completions(generation_batch)" in src
     assert "split_tensor_dict(generation_batch, self.args.steps_per_generation)" in src
+    # AgentGRPOTrainer._prepare_inputs mirrors this buffering (same _step / _buffered_inputs
+    # bookkeeping, resume included) and replaces only the shuffle + split by length grouping
+    assert "if self._step % generate_every == 0 or self._buffered_inputs is None:" in src
+    assert "shuffle_sequence_dict(generation_batch)" in src
+    assert "inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]" in src
     from trl.trainer.utils import split_tensor_dict
 
     d = {"a": torch.arange(6).view(6, 1), "n": torch.tensor(5)}

@@ -1,0 +1,103 @@
+"""Text and token helpers shared by the contexts, the env batches, SFT and eval.
+
+Nothing here holds state: the chat template rendered as text, tokenized once (``chat_text`` +
+``encode``); the env's own prompt builders called with the arguments each env accepts
+(``user_prompt``, ``turn_message``); a completion decoded the way the env must see it
+(``decode_response``); and the chat template cut into pieces so that an env turn can be
+appended to a growing token sequence (``TurnTemplate``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+# Markers used to cut the chat template into reusable pieces (TurnTemplate).
+_U_MARK = "\x00AGENTRL_USER\x00"
+_A_MARK = "\x00AGENTRL_ASSISTANT\x00"
+
+
+def chat_text(tokenizer, user_text: str) -> str:
+    """One user turn + the assistant header, rendered by the tokenizer's chat template."""
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    """Token ids of ``text`` with no special tokens added (the template already has them)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def decode_response(tokenizer, ids: list[int]) -> str:
+    """Completion text as the env sees it. Special tokens are kept (a tokenizer may make
+    ``</action>`` special, as the tiny models do) except EOS/pad and the chat-turn markers."""
+    drop = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    text = tokenizer.decode([t for t in ids if t not in drop], skip_special_tokens=False)
+    for tok_text in ("<|im_end|>", "<|im_start|>", "<|endoftext|>", "<|eot_id|>"):
+        text = text.replace(tok_text, "")
+    return text
+
+
+@functools.cache
+def _takes_history_length(env_cls: type) -> bool:
+    """Whether ``env_cls.prompt`` accepts ``history_length`` (once per class: it is asked on
+    every turn of every episode)."""
+    try:
+        params = inspect.signature(env_cls.prompt).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "history_length" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def user_prompt(env, obs: str, info: dict[str, Any], history: list[tuple[str, str]], step: int, h: int) -> str:
+    """The env's full user message: task + the last ``h`` (observation, action) pairs + ``obs``.
+    ``env`` is the unwrapped env (its ``prompt`` method)."""
+    recent = history[-h:] if h > 0 else []
+    if _takes_history_length(type(env)):
+        return env.prompt(obs, info, recent, step, history_length=h)
+    return env.prompt(obs, info, recent, step)  # an env with only the contract's four arguments
+
+
+def turn_message(env, obs: str, info: dict[str, Any], step: int) -> str:
+    """The user message of a later turn in a growing sequence: the new observation (+ the
+    admissible actions where the env lists them). An env may define ``turn_prompt(obs, info, step)``."""
+    fn = getattr(env, "turn_prompt", None)
+    if callable(fn):
+        return fn(obs, info, step)
+    lines = [f"Observation: {obs}"]
+    adm = info.get("admissible_actions")
+    if adm:
+        lines.append("Admissible actions: " + ", ".join(adm))
+    return "\n".join(lines)
+
+
+class TurnTemplate:
+    """The chat template cut into pieces so that an env turn can be appended as tokens.
+
+    For ChatML: after the assistant's action comes ``<|im_end|>\\n`` (``close``), then
+    ``<|im_start|>user\\n`` + obs + ``<|im_end|>\\n<|im_start|>assistant\\n`` (``open_user`` /
+    ``close_user``). Works for any template whose rendering of a longer conversation extends the
+    rendering of a shorter one (true of ChatML, Qwen2.5, SmolLM2, Llama-3).
+    """
+
+    def __init__(self, tokenizer):
+        msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _A_MARK}]
+        base = tokenizer.apply_chat_template(msgs, tokenize=False)
+        full = tokenizer.apply_chat_template(
+            msgs + [{"role": "user", "content": _U_MARK}], tokenize=False, add_generation_prompt=True
+        )
+        if not full.startswith(base) or _U_MARK not in full or _A_MARK not in base:
+            raise ValueError("trajectory mode needs a chat template whose renderings extend each other")
+        self.close = base.split(_A_MARK, 1)[1]
+        self.open_user, self.close_user = full[len(base):].split(_U_MARK, 1)
+        eos = tokenizer.eos_token or ""
+        # If the model's completion already ends with EOS, the close text must not repeat it.
+        self.close_after_eos = self.close[len(eos):] if eos and self.close.startswith(eos) else self.close
+
+    def env_text(self, obs_msg: str, completion_ended_with_eos: bool, prefill: str) -> str:
+        """What follows a model turn: end of the assistant turn, the user message, the next
+        assistant header and the prefill."""
+        close = self.close_after_eos if completion_ended_with_eos else self.close
+        return close + self.open_user + obs_msg + self.close_user + prefill

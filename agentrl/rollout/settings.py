@@ -1,0 +1,46 @@
+"""``RolloutSettings``: what ``run_episodes`` plays and how it keeps ranks in lock-step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RolloutSettings:
+    """Everything ``run_episodes`` needs besides the tasks, the generate callable and the tokenizer.
+
+    The trainer builds one from its config (``AgentGRPOTrainer.rollout_settings``) and changes
+    fields with ``dataclasses.replace`` for extra rollouts (e.g. counterfactuals with other
+    ``env_kwargs``); eval, the demo and SFT build theirs directly.
+    """
+
+    env_id: str
+    """A registered gymnasium id (``agentrl/TextCraft-v0``). Used to make the default env batch."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for ``gymnasium.make`` (default env batch only)."""
+    context_mode: str = "window"
+    """Name of a registered context (``agentrl.rollout.contexts``): ``window`` (one prompt per
+    step), ``trajectory`` (one growing sequence per episode), or one registered by a plug-in."""
+    history_length: int = 2
+    """(observation, action) pairs in a window prompt; shrinks turn by turn when over-long."""
+    max_turns: int | None = None
+    """Step cap per episode; None = the env's ``max_episode_steps`` (30 when it has none)."""
+    max_prompt_tokens: int = 2048
+    """Prompt budget per turn. window: drop history pairs, then end the episode truncated;
+    trajectory: the whole sequence so far must fit, else the episode ends truncated."""
+    prefill: str = "<action>"
+    """Text put right after the assistant header; it is part of the response the env sees."""
+    progress: bool = False
+    """Show a tqdm bar over turns."""
+    sync: Callable[[bool], bool] | None = None
+    """Lock-step hook for distributed training, called once per turn with "this rank still has
+    active episodes"; returns whether ANY rank has. While it returns True a rank with nothing left
+    still calls ``generate`` (with ``dummy_prompt``): every rank makes the same number of generate
+    calls (ZeRO-3 parameter gathers and vLLM are collectives)."""
+    dummy_prompt: list[int] | None = None
+    """Prompt ids of the filler row a finished rank sends (default: the first prompt of the call)."""
+    pad_batch: bool = False
+    """Always call ``generate`` with ``len(tasks)`` prompts, finished slots filled with
+    ``dummy_prompt``: needed where ranks must pass equal list lengths (vLLM server mode)."""
