@@ -62,7 +62,7 @@ def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str
     import torch
 
     from agentrl.eval import load_policy
-    from agentrl.rollout import hf_generate_fn, run_episodes
+    from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
 
     torch.manual_seed(seed)
     model, tok = load_policy(str(model_dir))
@@ -71,9 +71,10 @@ def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str
     if s.families:
         options["families"] = list(s.families)
     tasks = [{"seed": k, "options": options, "group_id": f"heldout-{k}"} for k in range(s.episodes)]
-    eps = run_episodes(s.env_id, tasks, gen, tok, env_kwargs=s.env_kwargs, context_mode=s.context_mode,
-                       history_length=s.history_length, max_turns=s.max_turns,
-                       max_prompt_tokens=s.max_prompt_tokens, prefill=s.prefill)
+    rs = RolloutSettings(s.env_id, env_kwargs=s.env_kwargs, context_mode=s.context_mode,
+                         history_length=s.history_length, max_turns=s.max_turns,
+                         max_prompt_tokens=s.max_prompt_tokens, prefill=s.prefill)
+    eps = run_episodes(tasks, gen, tok, rs)
     wins = [bool(e.won) for e in eps]
     n = len(wins)
     p = sum(wins) / max(n, 1)
