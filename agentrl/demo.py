@@ -241,6 +241,21 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     return summary
 
 
+def _warm_only(out: Path, design_name: str, quick: bool, seed: int) -> int:
+    """Build (once) the warm start the RL phase would start from; an existing one is kept."""
+    sft_dir = out / "sft"
+    if not (sft_dir / "config.json").is_file():
+        threads = int(os.environ.get("AGENTRL_DEMO_THREADS", DESIGNS[design_name]["threads"]))
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
+        out.mkdir(parents=True, exist_ok=True)
+        warm_start(DemoSettings(out, design_name, seed, quick), DESIGNS[design_name], {})
+    print(f"demo: warm start {sft_dir}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="agentrl demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/demo", help="output folder (models, checkpoints, curve)")
@@ -250,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--design", default="tiny", help=f"model design: {', '.join(DESIGNS)}")
     p.add_argument("--rl-steps", type=int, default=None, help="RL steps (default: the design's)")
     p.add_argument("--warm-start", default=None, help="reuse this SFT checkpoint (skip the model build and SFT)")
+    p.add_argument("--warm-only", action="store_true",
+                   help="build the model and its SFT warm start only (OUT/sft), e.g. for `agentrl arena`")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.design not in DESIGNS:
         print(f"agentrl demo: unknown --design {args.design!r}; valid: {', '.join(DESIGNS)}", file=sys.stderr)
@@ -265,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.warm_only:
+        return _warm_only(Path(args.out), args.design, args.quick, args.seed)
     s = run(Path(args.out), args.design, args.quick, args.seed, args.rl_steps, warm)
     print(f"demo: success before={s['before']['success']:.1f} after={s['after']['success']:.1f}")
     return 0
