@@ -365,7 +365,7 @@ def _apply_turn(s: _Slot, comp: list[int], fp, tokenizer, prefill, context_mode,
         reward=float(reward), done=False, action_token_ids=list(comp),
         fingerprint=[float(x) for x in fp] if fp is not None else None,
         state_sig=prev_info.get("state_sig"), action_sig=info.get("action_sig"),
-        task_family=ep.task_family, valid=valid, info={"prompt_tokens": len(s.pending_prompt or [])},
+        task_family=ep.task_family, valid=valid, info={"prompt_tokens": len(s.pending_prompt or []), "response": response},
     )
     ep.steps.append(rec)
     ep.return_ += float(reward)
