@@ -155,9 +155,10 @@ def test_help_exits_0(cmd, needle):
 def test_train_help_lists_recipe_keys_with_docs(capsys):
     from dataclasses import fields
 
+    from trl import GRPOConfig
+
     from agentrl.config import KEY_GROUPS, AgentRLConfig
     from agentrl.train import main
-    from trl import GRPOConfig
 
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
