@@ -217,3 +217,41 @@ def test_tied_head_warning_filtered():
     f = TiedHeadFilter()
     assert not f.filter(rec("There were missing keys in the checkpoint model loaded: ['lm_head.weight']."))
     assert f.filter(rec("There were missing keys in the checkpoint model loaded: ['model.norm.weight']."))
+
+
+def test_log_line_has_step_and_numbers(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from agentrl.runinfo import make_callbacks
+
+    metrics_cb, line_cb = make_callbacks()
+    args = SimpleNamespace(output_dir=str(tmp_path), disable_tqdm=True)
+    state = SimpleNamespace(global_step=3, is_world_process_zero=True, is_local_process_zero=True, max_steps=5)
+    line_cb.on_train_begin(args, state, None)
+    logs = {"loss": 0.123456789, "env/success": 0.25, "total_flos": 1.0}
+    for cb in (metrics_cb, line_cb):
+        cb.on_log(args, state, None, logs=dict(logs))
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == {"step": 3, "loss": 0.1235, "env/success": 0.25}  # numbers, not '0.1235'
+    for step in (4, 5):
+        metrics_cb.on_log(args, SimpleNamespace(global_step=step, is_world_process_zero=True), None, logs={"loss": 1.0})
+    # resuming from step 4: the lines the resumed run logs again (step 5) are dropped first
+    metrics_cb.on_train_begin(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
+    rows = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [3, 4] and rows[0]["env/success"] == 0.25
+
+
+def test_wandb_files_in_the_run_folder(tmp_path, monkeypatch):
+    import os
+
+    from agentrl.train import _wandb_dir_in_run
+
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    monkeypatch.delenv("AGENTRL_SET_WANDB_DIR", raising=False)
+    _wandb_dir_in_run(str(tmp_path / "a"))
+    assert os.environ["WANDB_DIR"] == str((tmp_path / "a").resolve())
+    _wandb_dir_in_run(str(tmp_path / "b"))  # a second run in this process: its own folder
+    assert os.environ["WANDB_DIR"] == str((tmp_path / "b").resolve())
+    monkeypatch.setenv("WANDB_DIR", "/elsewhere")  # the user's choice is kept
+    _wandb_dir_in_run(str(tmp_path / "c"))
+    assert os.environ["WANDB_DIR"] == "/elsewhere"
