@@ -119,6 +119,28 @@ def test_run_folder_explains_itself(tiny_run):
     assert [r["step"] for r in rows if "env/success" in r] == [1, 2]
 
 
+def test_reuse_refused_and_resume_quiet(tiny_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "rl"
+    shutil.copytree(tiny_run, run)
+    cmd = [sys.executable, "-m", "agentrl.train", "recipes/textcraft_grpo_tiny_cpu.yaml", "--model_name_or_path",
+           str(tiny_run.parent / "model"), "--output_dir", str(run), "--max_steps", "2", "--save_steps", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    # before: the new run overwrote checkpoint-1/2 and left the old run's other files beside them
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(err) == 1 and "is not empty" in err[0], p.stderr[-2000:]
+    p = subprocess.run(cmd + ["--resume_from_checkpoint", str(run / "checkpoint-1")], cwd=REPO, capture_output=True,
+                       text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "missing keys" not in p.stderr + p.stdout  # the tiny model ties lm_head to the embedding
+    logged = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith('{"step": ')]
+    assert [r["step"] for r in logged if "env/success" in r] == [2] and isinstance(logged[0]["loss"], float)
+    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "env/success" in r] == [1, 2]  # step 2 once, from the resumed run
+
+
 def test_eval_defaults_to_training_settings(tiny_run, tmp_path, capsys):
     # before: eval used env_kwargs {}, history 2 and 48 tokens whatever the checkpoint trained with
     from agentrl.eval import evaluate, load_policy
