@@ -16,7 +16,7 @@ COMMANDS = {
     "check-recipe": ("agentrl.train:check_main", "validate a recipe without training"),
     "launch": ("agentrl.launch", "run a recipe under `accelerate launch` with the recipe's accelerate config"),
     "eval": ("agentrl.eval", "evaluate a checkpoint on an env split; prints a paper-style table"),
-    "report": ("agentrl.report", "learning curves and steps-to-threshold plots from run folders"),
+    "report": ("agentrl.report", "curves from run folders (seed*/ runs as mean + band), held-out eval, diagnostics"),
     "credit": ("agentrl.credit.compare", "credit tools: agentrl credit compare ROLLOUTS.jsonl"),
     "show": ("agentrl.show", "an episode turn by turn from saved rollouts: agentrl show ROLLOUTS.jsonl --traj ID"),
     "sft": ("agentrl.sft", "supervised warm start on an env's expert trajectories"),

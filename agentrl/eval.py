@@ -1,7 +1,7 @@
 """``agentrl eval``: roll a checkpoint out on an env split and print a paper-style table.
 
-    agentrl eval --checkpoint runs/x/checkpoint-50 --split valid --episodes 60 \
-        [--families pick,clean] [--temperature 0.4 | --greedy] [--out eval.json]
+    agentrl eval --checkpoint runs/x/checkpoint-50 --split valid --episodes 60
+    agentrl eval --checkpoint A --checkpoint B --families pick,clean --temperature 0.4 --out eval.json
 
 The rollout settings default to the ones the checkpoint was trained with (the run folder's
 ``recipe.yaml``, else the checkpoint's ``training_args.bin``): env id, env kwargs, context mode,
@@ -269,8 +269,8 @@ def evaluate(
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="agentrl eval", description=__doc__.split("\n\n")[0],
-                                epilog="Rollout settings left out default to the checkpoint's training settings.")
+    p = argparse.ArgumentParser(prog="agentrl eval", description=__doc__.replace("``", "`"),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, action="append",
                    help="model or adapter folder; repeat to compare several checkpoints in one table")
     p.add_argument("--split", default="valid", help="env split (train / valid / valid_seen / valid_unseen)")
