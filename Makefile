@@ -80,6 +80,9 @@ CPU_ACCELERATE_CONFIG ?= accelerate_configs/cpu.yaml
 VLLM_FLAGS := $(if $(VLLM),--use_vllm true --vllm_mode colocate,)
 RUNS ?= runs
 
+# The recipes matching $(1), without the base recipes (_*.yaml) they are built on.
+RECIPES_IN = $(sort $(foreach f,$(wildcard $(1)),$(if $(filter _%,$(notdir $(f))),,$(f))))
+
 # $(1) accelerate config, $(2) recipe, $(3) seed, $(4) extra flags
 define LAUNCH
 $(BIN)/accelerate launch --config_file $(1) -m agentrl.train $(2) --seed $(3) --output_dir $(RUNS)/$(notdir $(patsubst %/,%,$(dir $(2))))/$(basename $(notdir $(2)))/seed$(3) $(4)
@@ -89,27 +92,27 @@ endef
 repro-bipace repro-salt repro-rtmc check-recipes: export HF_HUB_OFFLINE := $(GPU_HUB_OFFLINE)
 
 repro-bipace: setup
-	$(foreach r,$(sort $(wildcard recipes/bipace/*.yaml)),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+	$(foreach r,$(call RECIPES_IN,recipes/bipace/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
 
 repro-salt: setup
-	$(foreach r,$(sort $(wildcard recipes/salt/*.yaml)),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+	$(foreach r,$(call RECIPES_IN,recipes/salt/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
 
 repro-rtmc: setup
-	$(foreach r,$(sort $(wildcard recipes/rtmc/*.yaml)),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+	$(foreach r,$(call RECIPES_IN,recipes/rtmc/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
 
 CPU_SEEDS ?= 0
 repro-bipace-cpu: setup
-	$(foreach r,$(sort $(wildcard recipes/cpu/bipace_*.yaml)),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	$(foreach r,$(call RECIPES_IN,recipes/cpu/bipace_*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
 
 repro-salt-cpu: setup
-	$(foreach r,$(sort $(wildcard recipes/cpu/salt_*.yaml)),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	$(foreach r,$(call RECIPES_IN,recipes/cpu/salt_*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
 
 repro-rtmc-cpu: setup
-	$(foreach r,$(sort $(wildcard recipes/cpu/rtmc_*.yaml)),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	$(foreach r,$(call RECIPES_IN,recipes/cpu/rtmc_*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
 
 # the tiny recipes name a model folder the demo/tests build: checked against the embedded model
 check-recipes: setup
-	@set -e; for r in $(sort $(wildcard recipes/*.yaml recipes/*/*.yaml)); do \
+	@set -e; for r in $(call RECIPES_IN,recipes/*.yaml recipes/*/*.yaml); do \
 	  printf '%s: ' $$r; extra=; \
 	  case $$r in recipes/demo_tiny.yaml|*_tiny_*) extra="--model_name_or_path smollm2";; esac; \
 	  $(BIN)/python -m agentrl check-recipe $$r $$extra; done

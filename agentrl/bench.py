@@ -217,7 +217,10 @@ def _main_envs(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agentrl.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="agentrl bench", description="Micro-benchmarks: credit estimators on a synthetic ALFWorld-shaped batch "
+                                             "(credit), env reset/step latency driven by each env's expert (envs).",
+                                 epilog="examples: agentrl bench credit --records 100000 --json; "
+                                        "agentrl bench envs --episodes 10")
     sub = ap.add_subparsers(dest="what", required=True)
     c = sub.add_parser("credit", help="time every credit estimator on a synthetic ALFWorld-shaped batch")
     c.add_argument("--records", type=int, default=100_000, help="records in the batch (default 100000)")

@@ -16,8 +16,9 @@ COMMANDS = {
     "check-recipe": ("agentrl.train:check_main", "validate a recipe without training"),
     "launch": ("agentrl.launch", "run a recipe under `accelerate launch` with the recipe's accelerate config"),
     "eval": ("agentrl.eval", "evaluate a checkpoint on an env split; prints a paper-style table"),
-    "report": ("agentrl.report", "learning curves and steps-to-threshold plots from run folders"),
+    "report": ("agentrl.report", "curves from run folders (seed*/ runs as mean + band), held-out eval, diagnostics"),
     "credit": ("agentrl.credit.compare", "credit tools: agentrl credit compare ROLLOUTS.jsonl"),
+    "show": ("agentrl.show", "an episode turn by turn from saved rollouts: agentrl show ROLLOUTS.jsonl --traj ID"),
     "sft": ("agentrl.sft", "supervised warm start on an env's expert trajectories"),
     "demo": ("agentrl.demo", "the CPU demo: SFT warm start, RL, held-out evaluation"),
     "arena": ("agentrl.arena", "race credit modules from one warm start over seeds: held-out curves, paired stats"),
@@ -25,9 +26,19 @@ COMMANDS = {
 }
 
 
+CREDIT_USAGE = """usage: agentrl credit compare ROLLOUTS.jsonl [--estimators a,b,...] [--set EST.KWARG=VALUE] [--json]
+
+subcommands:
+  compare   run several credit estimators on the same saved rollouts (a training run's
+            output_dir/rollouts/iter_XXXXX.jsonl, written with save_rollouts: true) and print each
+            one's share of steps with a step-level signal, its diagnostics and the rank correlation
+            of every pair; `agentrl credit compare --help` for its options."""
+
+
 def _usage() -> str:
-    lines = ["usage: agentrl COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: agentrl [--version] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name:<13} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "`agentrl COMMAND --help` describes each command."]
     return "\n".join(lines)
 
 
@@ -42,9 +53,17 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
+    if argv[0] in ("-V", "--version", "version"):
+        from agentrl import __version__
+
+        print(f"agentrl {__version__}")
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "credit":
         # `agentrl credit compare ...`: the compare module owns the sub-subcommand.
+        if rest and rest[0] in ("-h", "--help", "help"):
+            print(CREDIT_USAGE)
+            return 0
         if not rest or rest[0] != "compare":
             print("agentrl credit: unknown subcommand; valid: compare", file=sys.stderr)
             return 2
@@ -57,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, AttributeError) as e:
         print(f"agentrl {cmd}: not available in this installation ({e})", file=sys.stderr)
         return 2
-    rc = fn(rest)
+    try:
+        rc = fn(rest)
+    except SystemExit as e:  # argparse's --help (0) and usage errors (2)
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     return int(rc or 0)
 
 

@@ -18,7 +18,10 @@ import difflib
 import json
 import os
 import re
+import sys
 import warnings
+from collections.abc import Callable
+from dataclasses import MISSING as _MISSING
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -95,11 +98,11 @@ class AgentRLConfig(GRPOConfig):
         metadata={"help": "Prompt budget per turn: window shrinks history, then ends the episode truncated; "
                           "trajectory ends the episode when the whole sequence outgrows it."},
     )
-    prefill: str = field(default="<action>", metadata={"help": "Text put after the assistant header (App. J)."})
+    prefill: str = field(default="<action>", metadata={"help": "Text put after the assistant header (BiPACE, arXiv 2606.25556, App. J)."})
     valid_action_reward: float = field(
         default=0.0,
         metadata={"help": "Shaping reward added to each step whose action the env accepted, so groups with "
-                          "0% success still have reward spread (FINDINGS: zero spread = zero advantage)."},
+                          "0% success still have reward spread (zero spread in a group = zero advantage)."},
     )
     max_rows_per_rank: int | None = field(
         default=None,
@@ -124,6 +127,13 @@ class AgentRLConfig(GRPOConfig):
         metadata={"help": "Decoder block whose output at the last prompt token is the state fingerprint "
                           "(BiGPO; Python index into model.layers, -8 for Qwen2.5-7B, -12 for 1.5B). "
                           "Only computed when the credit module needs fingerprints."},
+    )
+
+    # --- run folder --------------------------------------------------------------------------
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Clear a non-empty output_dir before training (without it, and without "
+                          "--resume_from_checkpoint, a reused output_dir is refused: never a mixture of two runs)."},
     )
 
     # --- launch ------------------------------------------------------------------------------
@@ -153,14 +163,10 @@ class AgentRLConfig(GRPOConfig):
             self.ddp_backend = "gloo"
         if self.report_to is None:
             self.report_to = ["wandb"]
-        if self.max_turns is not None and self.max_turns < 1:
-            raise RecipeError(f"max_turns must be >= 1, got {self.max_turns}")
-        if self.history_length < 0:
-            raise RecipeError(f"history_length must be >= 0, got {self.history_length}")
-        if self.num_tasks < 1:
-            raise RecipeError(f"num_tasks must be >= 1, got {self.num_tasks}")
-        if self.max_rows_per_rank is not None and self.max_rows_per_rank < 1:
-            raise RecipeError(f"max_rows_per_rank must be >= 1, got {self.max_rows_per_rank}")
+        check_values(self)
+        if self.disable_tqdm is None and not sys.stderr.isatty():
+            # progress bars written to a log file are one line per refresh: thousands of lines
+            self.disable_tqdm = True
         super().__post_init__()
         groups = self.generation_batch_size // max(self.num_generations or 1, 1)
         if self.num_tasks < groups:
@@ -175,6 +181,49 @@ class AgentRLConfig(GRPOConfig):
             opts["families"] = list(self.task_families)
         opts.update(self.task_options or {})
         return opts
+
+
+# Every range check on a single value, in one place: (key, test, what it must be). A new field
+# gets its line here; ``check_values`` runs them all before anything loads (RecipeError, exit 2).
+VALUE_CHECKS: list[tuple[str, Callable[[Any], bool], str]] = [
+    ("learning_rate", lambda v: v > 0, "> 0"),
+    ("temperature", lambda v: v > 0, "> 0 (sampling; `agentrl eval --greedy` evaluates greedily)"),
+    ("max_completion_length", lambda v: v is None or v > 0, ">= 1 (tokens per action)"),
+    ("max_steps", lambda v: v != 0 and v >= -1, ">= 1 (or -1: num_train_epochs decides)"),
+    ("num_train_epochs", lambda v: v > 0, "> 0"),
+    ("num_generations", lambda v: v is None or v >= 1, ">= 1"),
+    ("per_device_train_batch_size", lambda v: v >= 1, ">= 1"),
+    ("gradient_accumulation_steps", lambda v: v >= 1, ">= 1"),
+    ("beta", lambda v: v >= 0, ">= 0"),
+    ("gamma", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("max_prompt_tokens", lambda v: v >= 1, ">= 1"),
+    ("max_turns", lambda v: v is None or v >= 1, ">= 1"),
+    ("history_length", lambda v: v >= 0, ">= 0"),
+    ("num_tasks", lambda v: v >= 1, ">= 1"),
+    ("max_rows_per_rank", lambda v: v is None or v >= 1, ">= 1"),
+]
+
+
+CREDIT_TOP_LEVEL_KEYS = {"gamma"}
+"""Config keys the trainer itself passes to the credit module (``credit_kwargs`` must not repeat them)."""
+
+
+def check_values(cfg: AgentRLConfig) -> None:
+    """RecipeError (one line) on the first value outside its range (``VALUE_CHECKS``), or on a
+    setting given twice (``gamma`` inside ``credit_kwargs``: the trainer passes the top-level one)."""
+    for key, ok, want in VALUE_CHECKS:
+        v = getattr(cfg, key)
+        try:
+            good = ok(v)
+        except TypeError:
+            good = False
+        if not good:
+            raise RecipeError(f"{key} must be {want}, got {v!r}")
+    twice = sorted(set(cfg.credit_kwargs or {}) & CREDIT_TOP_LEVEL_KEYS)
+    if twice:
+        k = twice[0]
+        raise RecipeError(f"{k} is set twice: top-level and inside credit_kwargs; set it once, as the "
+                          f"top-level key {k} (the credit module receives it from there)")
 
 
 # Defaults applied when a recipe does not set them (GRPOConfig's are for GPU LLM training).
@@ -192,6 +241,64 @@ def _unknown_key_error(key: str, where: str) -> RecipeError:
     close = difflib.get_close_matches(key, sorted(config_keys()), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see AgentRLConfig in agentrl/config.py"
     return RecipeError(f"unknown config key {key!r} in {where}{hint}")
+
+
+# `agentrl train --help`: every agentrl key, grouped, and the TRL keys recipes use most.
+KEY_GROUPS: dict[str, list[str]] = {
+    "model": ["model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"],
+    "environment and tasks": ["env_id", "env_kwargs", "env_modules", "task_split", "task_families",
+                              "task_options", "task_seed_start", "num_tasks"],
+    "rollout": ["context_mode", "history_length", "max_turns", "max_prompt_tokens", "prefill",
+                "valid_action_reward", "max_rows_per_rank", "save_rollouts"],
+    "credit": ["credit", "credit_kwargs", "gamma", "fingerprint_layer"],
+    "run folder and launch": ["output_dir", "overwrite_output_dir", "resume_from_checkpoint", "accelerate_config"],
+    "optimisation and sampling (TRL GRPOConfig; every GRPOConfig / TrainingArguments key is accepted)": [
+        "learning_rate", "max_steps", "num_generations", "per_device_train_batch_size",
+        "gradient_accumulation_steps", "steps_per_generation", "temperature", "max_completion_length",
+        "beta", "lr_scheduler_type", "warmup_steps", "seed", "bf16", "use_cpu", "gradient_checkpointing",
+        "use_vllm", "vllm_mode"],
+    "logging and checkpoints (TRL / Trainer)": ["logging_steps", "save_steps", "save_total_limit", "report_to"],
+}
+
+
+def recipe_keys_help(width: int = 100) -> str:
+    """The recipe keys of ``KEY_GROUPS`` with their defaults and docs, for ``agentrl train --help``."""
+    import textwrap
+
+    by_name = {f.name: f for f in fields(AgentRLConfig)}
+    out = []
+    for group, names in KEY_GROUPS.items():
+        out.append(f"\n{group}:")
+        for name in names:
+            f = by_name[name]
+            default = _AGENT_DEFAULTS.get(name, f.default)
+            if default is _MISSING:
+                default = f.default_factory() if f.default_factory is not _MISSING else "(computed)"
+            doc = " ".join(str(f.metadata.get("help", "")).replace("%%", "%").split())
+            out.append(f"  {name} (default {default!r})")
+            out += textwrap.wrap(doc, width, initial_indent="      ", subsequent_indent="      ")
+    n_other = len(config_keys()) - sum(len(v) for v in KEY_GROUPS.values())
+    out.append(f"\n...and {n_other} more GRPOConfig / TrainingArguments keys (TRL and transformers docs).")
+    return "\n".join(out)
+
+
+_NEGATIVE_NUMBER = re.compile(r"^-(\d|\.\d|inf$|nan$)")
+
+
+def join_negative_values(overrides: list[str]) -> list[str]:
+    """``--learning_rate -1e-4`` -> ``--learning_rate=-1e-4``: argparse takes a token starting with
+    '-' for an option unless it looks like a plain negative integer or decimal (not ``-1e-4``)."""
+    out, i = [], 0
+    while i < len(overrides):
+        tok = overrides[i]
+        nxt = overrides[i + 1] if i + 1 < len(overrides) else None
+        if tok.startswith("--") and "=" not in tok and nxt is not None and _NEGATIVE_NUMBER.match(nxt):
+            out.append(f"{tok}={nxt}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
 
 
 def _import_env_modules(modules) -> None:
@@ -305,7 +412,7 @@ def vllm_available() -> bool:
 def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRLConfig:
     """Parse ``path`` (YAML) + CLI ``overrides`` into a validated AgentRLConfig; RecipeError on bad input."""
 
-    overrides = list(overrides or [])
+    overrides = join_negative_values(list(overrides or []))
     data: dict[str, Any] = {}
     if path is not None:
         data = read_recipe_file(path)
@@ -350,6 +457,8 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
         raise
     except (ValueError, TypeError) as e:
         raise RecipeError(first_line(e)) from None
+    given = set(data) | {t[2:].split("=", 1)[0].replace("-", "_") for t in overrides if t.startswith("--")}
+    cfg.recipe_keys = sorted(k for k in given if k in keys)  # what runinfo.resolved_recipe writes back
     validate_config(cfg)
     return cfg
 

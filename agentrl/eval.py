@@ -1,7 +1,16 @@
 """``agentrl eval``: roll a checkpoint out on an env split and print a paper-style table.
 
-    agentrl eval --checkpoint runs/x/checkpoint-50 --env agentrl/ALFWorld-v0 --split valid \
-        --episodes 60 [--families pick,clean] [--temperature 0.4 | --greedy] [--out eval.json]
+    agentrl eval --checkpoint runs/x/checkpoint-50 --split valid --episodes 60
+    agentrl eval --checkpoint A --checkpoint B --families pick,clean --temperature 0.4 --out eval.json
+
+The rollout settings default to the ones the checkpoint was trained with (the run folder's
+``recipe.yaml``, else the checkpoint's ``training_args.bin``): env id, env kwargs, context mode,
+history length, prefill, tokens per action (``max_completion_length``), max turns and max prompt
+tokens. Each can be overridden (``--env``, ``--env-kwargs``, ``--context-mode``,
+``--history-length``, ``--prefill``, ``--max-new-tokens``, ``--max-turns``,
+``--max-prompt-tokens``); the settings used are printed, with a warning for each override that
+departs from training (a checkpoint evaluated with other prompts can score 0% where it scores
+35% with its own).
 
 The results JSON goes to ``--out``, by default ``eval_<env>_<split>.json`` in the (first)
 checkpoint folder.
@@ -15,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,38 +37,17 @@ class EvalError(Exception):
     """Bad eval input: reported as one line, exit code 2."""
 
 
-@dataclass
-class CellStats:
-    episodes: int = 0
-    wins: int = 0
-    score_sum: float = 0.0
-    length_sum: int = 0
-    invalid_sum: int = 0
-    steps_sum: int = 0
-    errors: int = 0
-
-    def add(self, won: bool, final_reward: float, length: int, n_invalid: int, error: bool = False) -> None:
-        self.episodes += 1
-        self.errors += int(error)
-        self.wins += int(won)
-        self.score_sum += final_reward
-        self.length_sum += length
-        self.invalid_sum += n_invalid
-        self.steps_sum += max(length, 1)
-
-    def as_dict(self) -> dict[str, float]:
-        n = max(self.episodes, 1)
-        p = self.wins / n
-        return {
-            "episodes": self.episodes,
-            "success": 100.0 * p,
-            # binomial standard error of the success rate, in points
-            "success_se": 100.0 * math.sqrt(p * (1 - p) / n),
-            "score": 100.0 * self.score_sum / n,
-            "mean_length": self.length_sum / n,
-            "invalid_rate": self.invalid_sum / max(self.steps_sum, 1),
-            "error_episodes": self.errors,  # env or prompt failures, counted as failed episodes
-        }
+def cell(metrics: dict[str, float]) -> dict[str, float]:
+    """One table cell from ``agentrl.rollout.metrics.episode_metrics``: rates in points (x 100)."""
+    return {
+        "episodes": int(metrics["env/episodes"]),
+        "success": 100.0 * metrics["env/success"],
+        "success_se": 100.0 * metrics["env/success_se"],  # binomial standard error, in points
+        "score": 100.0 * metrics["env/score"],
+        "mean_length": metrics["env/episode_len"],
+        "invalid_rate": metrics["env/invalid_action_rate"],
+        "error_episodes": int(metrics["env/error_episodes"]),  # env or prompt failures, counted as failed
+    }
 
 
 @dataclass
@@ -79,18 +65,14 @@ class EvalResult:
 
 
 def summarize(episodes, checkpoint: str, env_id: str, split: str, settings: dict) -> EvalResult:
-    """Aggregate rollout Episodes into per-family and overall cells."""
-    cells: dict[str, CellStats] = defaultdict(CellStats)
-    total = CellStats()
-    for ep in episodes:
-        final_reward = float(ep.steps[-1].reward) if ep.steps else 0.0
-        fam = ep.task_family or "all"
-        for c in (cells[fam], total):
-            c.add(bool(ep.won), final_reward, int(ep.length), int(ep.n_invalid), error=bool(getattr(ep, "error", None)))
-    return EvalResult(
-        checkpoint=checkpoint, env_id=env_id, split=split,
-        per_family={k: cells[k].as_dict() for k in sorted(cells)}, all=total.as_dict(), settings=settings,
-    )
+    """Aggregate rollout Episodes into per-family and overall cells (``episode_metrics``)."""
+    from agentrl.rollout.metrics import episode_metrics, episode_summary
+
+    summ = [episode_summary(ep) for ep in episodes]
+    fams = sorted({s["family"] or "all" for s in summ})
+    per_family = {f: cell(episode_metrics([s for s in summ if (s["family"] or "all") == f])) for f in fams}
+    return EvalResult(checkpoint=checkpoint, env_id=env_id, split=split, per_family=per_family,
+                      all=cell(episode_metrics(summ)), settings=settings)
 
 
 def markdown_table(results: list[EvalResult], metric: str = "success") -> str:
@@ -150,30 +132,116 @@ def load_policy(checkpoint: str):
     return model, tok
 
 
+# Rollout settings: eval's name -> (AgentRLConfig key, default when the checkpoint has no record
+# of its training, CLI flag). max_new_tokens is training's max_completion_length.
+SETTINGS = {
+    "env_id": ("env_id", None, "--env"),
+    "env_kwargs": ("env_kwargs", {}, "--env-kwargs"),
+    "context_mode": ("context_mode", "window", "--context-mode"),
+    "history_length": ("history_length", 2, "--history-length"),
+    "prefill": ("prefill", "<action>", "--prefill"),
+    "max_new_tokens": ("max_completion_length", 64, "--max-new-tokens"),
+    "max_turns": ("max_turns", None, "--max-turns"),
+    "max_prompt_tokens": ("max_prompt_tokens", 2048, "--max-prompt-tokens"),
+}
+
+
+@dataclass
+class Settings:
+    """The rollout settings of one evaluation, where each came from, and the departures from training."""
+
+    values: dict[str, Any]
+    source: str | None
+    """The file the training settings were read from (None: not an agentrl run)."""
+    overridden: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    env_modules: list[str] | None = None
+
+    def describe(self, checkpoint: str) -> str:
+        v = self.values
+        origin = f"training settings from {self.source}" if self.source else "defaults (no training record found)"
+        if self.overridden:
+            origin += "; overridden: " + ", ".join(SETTINGS[k][2] for k in self.overridden)
+        return (f"{checkpoint}: env {v['env_id']}, env_kwargs {json.dumps(v['env_kwargs'])}, context "
+                f"{v['context_mode']}, history {v['history_length']}, prefill {v['prefill']!r}, max_new_tokens "
+                f"{v['max_new_tokens']}, max_turns {v['max_turns'] or 'env limit'}, max_prompt_tokens "
+                f"{v['max_prompt_tokens']} ({origin})")
+
+
+def resolve_settings(checkpoint: str, **given) -> Settings:
+    """Each setting from ``given`` (None = not given), else from the checkpoint's training, else
+    the default; a warning for each given value that departs from training."""
+    from agentrl.runinfo import training_settings
+
+    unknown = set(given) - set(SETTINGS)
+    if unknown:
+        raise TypeError(f"unknown eval settings {sorted(unknown)}; valid: {', '.join(SETTINGS)}")
+    found = training_settings(checkpoint)
+    trained, source = found if found else ({}, None)
+    values, overridden, warnings = {}, [], []
+    for name, (key, default, flag) in SETTINGS.items():
+        t = trained.get(key, default) if trained else default
+        if name == "env_kwargs" and t is None:
+            t = {}
+        g = given.get(name)
+        if g is None:
+            values[name] = t
+            continue
+        values[name] = g
+        overridden.append(name)
+        if trained and key in trained and g != t:
+            warnings.append(f"warning: {flag} {json.dumps(g) if isinstance(g, dict) else g} departs from "
+                            f"training ({json.dumps(t) if isinstance(t, dict) else t}) for {checkpoint}")
+    if values["env_id"] is None:
+        raise EvalError(f"{checkpoint} has no record of its training env (no recipe.yaml or "
+                        "training_args.bin): pass --env")
+    return Settings(values, source, overridden, warnings, trained.get("env_modules") if trained else None)
+
+
 def evaluate(
     checkpoint: str,
-    env_id: str,
+    env_id: str | None = None,
     split: str = "valid",
     episodes: int = 20,
     seeds: list[int] | None = None,
     seed_start: int = 0,
     families: list[str] | None = None,
     temperature: float = 0.0,
-    max_new_tokens: int = 48,
+    max_new_tokens: int | None = None,
     env_kwargs: dict | None = None,
-    context_mode: str = "window",
-    history_length: int = 2,
+    context_mode: str | None = None,
+    history_length: int | None = None,
+    prefill: str | None = None,
+    max_turns: int | None = None,
+    max_prompt_tokens: int | None = None,
     batch_size: int = 16,
     model_and_tokenizer=None,
     progress: bool = False,
+    verbose: bool = False,
 ) -> EvalResult:
-    """Evaluate a checkpoint; ``temperature=0`` is greedy decoding."""
+    """Evaluate a checkpoint; ``temperature=0`` is greedy decoding. A rollout setting left None
+    is the checkpoint's training value (``resolve_settings``); ``verbose`` prints the settings
+    used and the warnings."""
     import gymnasium as gym
 
     import agentrl.envs  # noqa: F401  (registers agentrl/* ids)
     from agentrl.envs.probe import probe_task
     from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
 
+    st = resolve_settings(checkpoint, env_id=env_id, env_kwargs=env_kwargs, context_mode=context_mode,
+                          history_length=history_length, prefill=prefill, max_new_tokens=max_new_tokens,
+                          max_turns=max_turns, max_prompt_tokens=max_prompt_tokens)
+    if verbose:
+        print("settings: " + st.describe(checkpoint), flush=True)
+        for w in st.warnings:
+            print(w, file=sys.stderr, flush=True)
+    v = st.values
+    env_id = v["env_id"]
+    if st.env_modules:
+        import importlib
+
+        for m in st.env_modules:
+            importlib.import_module(m)
     if env_id not in gym.registry:
         valid = ", ".join(sorted(k for k in gym.registry if k.startswith("agentrl/")))
         raise EvalError(f"unknown env id {env_id!r}; valid: {valid}")
@@ -182,30 +250,30 @@ def evaluate(
     if families:
         options["families"] = list(families)
     try:  # one reset first: a bad split or family fails in one line, not as 0% over failed resets
-        probe_task(env_id, env_kwargs, seeds[0], options)
+        probe_task(env_id, v["env_kwargs"], seeds[0], options)
     except ValueError as e:
         raise EvalError(str(e)) from None
     model, tok = model_and_tokenizer or load_policy(checkpoint)
-    generate = hf_generate_fn(model, tok, max_new_tokens=max_new_tokens,
+    generate = hf_generate_fn(model, tok, max_new_tokens=v["max_new_tokens"],
                               temperature=temperature if temperature > 0 else 1.0,
                               do_sample=temperature > 0)
-    rollout = RolloutSettings(env_id, env_kwargs=dict(env_kwargs or {}), context_mode=context_mode,
-                              history_length=history_length, progress=progress)
+    rollout = RolloutSettings(env_id, env_kwargs=dict(v["env_kwargs"] or {}), context_mode=v["context_mode"],
+                              history_length=v["history_length"], max_turns=v["max_turns"],
+                              max_prompt_tokens=v["max_prompt_tokens"], prefill=v["prefill"], progress=progress)
     eps = []
     for i in range(0, len(seeds), batch_size):
         tasks = [{"seed": s, "options": options, "group_id": f"eval-{s}"} for s in seeds[i:i + batch_size]]
         eps += run_episodes(tasks, generate, tok, rollout)
     settings = {"episodes": len(seeds), "seeds": seeds, "families": families, "temperature": temperature,
-                "max_new_tokens": max_new_tokens, "env_kwargs": env_kwargs or {}, "context_mode": context_mode,
-                "history_length": history_length}
+                **v, "settings_from": st.source, "overridden": st.overridden, "warnings": st.warnings}
     return summarize(eps, checkpoint, env_id, split, settings)
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="agentrl eval", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="agentrl eval", description=__doc__.replace("``", "`"),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, action="append",
                    help="model or adapter folder; repeat to compare several checkpoints in one table")
-    p.add_argument("--env", required=True, help="gymnasium id, e.g. agentrl/TextCraft-v0")
     p.add_argument("--split", default="valid", help="env split (train / valid / valid_seen / valid_unseen)")
     p.add_argument("--episodes", type=int, default=20, help="number of episodes (task seeds)")
     p.add_argument("--seeds", default=None, help="comma-separated task seeds (overrides --episodes)")
@@ -213,11 +281,16 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--families", default=None, help="comma-separated task families to keep")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (SALT uses 0.4)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (same as --temperature 0)")
-    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per action")
-    p.add_argument("--env-kwargs", default="{}", help='JSON dict for gymnasium.make, e.g. \'{"prompt_style": "compact"}\'')
-    p.add_argument("--context-mode", default="window", choices=["window", "trajectory"])
-    p.add_argument("--history-length", type=int, default=2, help="steps of history in window prompts")
     p.add_argument("--out", default=None, help="write the results JSON here")
+    g = p.add_argument_group("rollout settings (default: the checkpoint's training settings)")
+    g.add_argument("--env", default=None, help="gymnasium id, e.g. agentrl/TextCraft-v0")
+    g.add_argument("--env-kwargs", default=None, help='JSON dict for gymnasium.make, e.g. \'{"prompt_style": "compact"}\'')
+    g.add_argument("--context-mode", default=None, choices=["window", "trajectory"])
+    g.add_argument("--history-length", type=int, default=None, help="steps of history in window prompts")
+    g.add_argument("--prefill", default=None, help="text after the assistant header (training's: <action>)")
+    g.add_argument("--max-new-tokens", type=int, default=None, help="tokens per action (training's max_completion_length)")
+    g.add_argument("--max-turns", type=int, default=None, help="step cap per episode (training's max_turns)")
+    g.add_argument("--max-prompt-tokens", type=int, default=None, help="prompt budget per turn")
     return p.parse_args(argv)
 
 
@@ -225,10 +298,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = _parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        env_kwargs = json.loads(args.env_kwargs)
-        if not isinstance(env_kwargs, dict):
+        env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs is not None else None
+        if env_kwargs is not None and not isinstance(env_kwargs, dict):
             raise EvalError("--env-kwargs must be a JSON object")
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+        for flag in ("max_new_tokens", "max_turns", "max_prompt_tokens"):
+            if getattr(args, flag) is not None and getattr(args, flag) < 1:
+                raise EvalError(f"--{flag.replace('_', '-')} must be >= 1")
+        if args.history_length is not None and args.history_length < 0:
+            raise EvalError("--history-length must be >= 0")
     except (json.JSONDecodeError, ValueError, EvalError) as e:
         print(f"agentrl eval: bad argument: {e}", file=sys.stderr)
         return 2
@@ -244,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
                                     seed_start=args.seed_start, families=families, temperature=temperature,
                                     max_new_tokens=args.max_new_tokens, env_kwargs=env_kwargs,
                                     context_mode=args.context_mode, history_length=args.history_length,
-                                    progress=True))
+                                    prefill=args.prefill, max_turns=args.max_turns,
+                                    max_prompt_tokens=args.max_prompt_tokens,
+                                    progress=sys.stderr.isatty(), verbose=True))
     except (EvalError, ValueError) as e:
         print(f"agentrl eval: {e}", file=sys.stderr)
         return 2
@@ -252,10 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     errors = sum(r.all.get("error_episodes", 0) for r in results)
     if errors:
         print(f"\nwarning: {errors} episode(s) ended on an env error (counted as failures; see the JSON)")
-    if "WebShop" in args.env:
+    env_id = results[0].env_id
+    if "WebShop" in env_id:
         print("\nScore:\n" + markdown_table(results, "score"))
     out = Path(args.out) if args.out else Path(args.checkpoint[0]) / (
-        f"eval_{args.env.split('/')[-1]}_{args.split}.json")
+        f"eval_{env_id.split('/')[-1]}_{args.split}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps([r.to_dict() for r in results], indent=2))
     print(f"\nresults: {out}")

@@ -2,7 +2,9 @@
 accelerate config the recipe names (key ``accelerate_config``).
 
 Without that key: ``accelerate_configs/single_gpu.yaml`` when CUDA is visible, else
-``accelerate_configs/cpu.yaml``. ``--dry-run`` prints the command instead of running it.
+``accelerate_configs/cpu.yaml``. The recipe (with the overrides) is validated first, as
+``agentrl check-recipe`` does: a bad recipe is one line and exit 2 before any process starts.
+``--dry-run`` validates and prints the command instead of running it.
 """
 
 from __future__ import annotations
@@ -75,16 +77,37 @@ def build_command(recipe: str, overrides: list[str], data: dict | None = None) -
     return [_accelerate_executable(), "launch", "--config_file", str(cfg_path), "-m", "agentrl.train", str(path), *overrides]
 
 
+USAGE = "usage: agentrl launch RECIPE.yaml [--dry-run] [--accelerate_config PATH] [--field value ...]"
+
+
+def validate(recipe: str, overrides: list[str]) -> None:
+    """RecipeError unless ``agentrl train`` would accept the recipe (imports TRL: 10-16 s)."""
+    import subprocess
+
+    # a child process: the recipe's env: block must not leak into this one before accelerate starts
+    p = subprocess.run([sys.executable, "-m", "agentrl", "check-recipe", recipe, *overrides],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+        msg = lines[-1] if lines else f"check-recipe exited with {p.returncode}"
+        raise RecipeError(msg.removeprefix("agentrl check-recipe: error: "))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE + "\n\n" + __doc__.strip())
+        return 0
     dry = "--dry-run" in argv
     argv = [a for a in argv if a != "--dry-run"]
     if not argv or argv[0].startswith("-"):
-        print("usage: agentrl launch RECIPE.yaml [--dry-run] [--field value ...]", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     try:
         data = read_recipe_file(argv[0])
         cmd = build_command(argv[0], argv[1:], data)
+        _, overrides = _pop_override(argv[1:], "accelerate_config")
+        validate(argv[0], overrides)
         if not dry:  # every process accelerate starts inherits the recipe's env: block
             apply_recipe_env(data)
     except RecipeError as e:

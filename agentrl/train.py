@@ -1,13 +1,18 @@
 """``python -m agentrl.train RECIPE.yaml [--field value ...]``: train an agent from a recipe.
 
 Also ``accelerate launch --config_file accelerate_configs/zero3.yaml -m agentrl.train RECIPE.yaml``.
-Bad input (unknown key, env id, credit module, missing model folder, vLLM absent) prints one
-line on stderr and exits with code 2. ``--resume_from_checkpoint PATH|true`` continues a run.
+Bad input (unknown key, env id, credit module, missing model folder, vLLM absent, a value out of
+range) prints one line on stderr and exits with code 2. ``--resume_from_checkpoint PATH|true``
+continues a run; a non-empty ``output_dir`` is refused otherwise, unless ``--overwrite_output_dir
+true`` (the folder is then cleared first). The run folder gets ``recipe.yaml`` (resolved),
+``run_info.json`` (versions, git commit), ``metrics.jsonl`` (one line per logged step) and wandb's
+files.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +52,14 @@ def _fail(prog: str, e: BaseException) -> int:
     return 2
 
 
+CHECK_USAGE = """usage: agentrl check-recipe RECIPE.yaml [--field value ...]
+
+Validate a recipe (and CLI overrides) as `agentrl train` would, without loading the model or
+training: unknown keys (with "did you mean"), values out of range, env id, env kwargs and task
+options (one env reset), credit module and its kwargs, model folder, vLLM. Prints "recipe OK"
+and exits 0, or prints one line and exits 2. `agentrl train --help` lists the recipe keys."""
+
+
 def check_recipe(path: str | None, overrides: list[str] | None = None) -> int:
     """Validate a recipe (+ overrides) without training: 0 if fine, 2 with one line on stderr."""
     try:
@@ -62,6 +75,9 @@ def check_recipe(path: str | None, overrides: list[str] | None = None) -> int:
 
 def check_main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(CHECK_USAGE)
+        return 0
     try:
         path, rest = split_argv(argv)
     except RecipeError as e:
@@ -92,8 +108,57 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
         raise RecipeError(f"cannot load the tokenizer of {cfg.model_name_or_path}: {first_line(e)}") from None
     if tok.chat_template is None:
         raise RecipeError(f"the tokenizer of {model_path} has no chat template")
-    return AgentGRPOTrainer(model=model_path, args=cfg, processing_class=tok,
-                            peft_config=build_peft_config(cfg), hooks=hooks)
+    trainer = AgentGRPOTrainer(model=model_path, args=cfg, processing_class=tok,
+                               peft_config=build_peft_config(cfg), hooks=hooks)
+    _install_callbacks(trainer)
+    return trainer
+
+
+def _install_callbacks(trainer) -> None:
+    """metrics.jsonl, a log line with the step and numbers as numbers (instead of TRL's printer /
+    progress callbacks), and no false alarm about a tied lm_head on resume."""
+    import logging
+
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from agentrl.runinfo import TiedHeadFilter, make_callbacks, ties_embeddings
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    for cb in make_callbacks():
+        trainer.add_callback(cb)
+    if ties_embeddings(trainer.model):
+        log = logging.getLogger("transformers.trainer")
+        if not any(isinstance(f, TiedHeadFilter) for f in log.filters):
+            log.addFilter(TiedHeadFilter())
+
+
+def _wandb_dir_in_run(output_dir: str) -> None:
+    """wandb writes into the run folder (``output_dir/wandb``), not ``./wandb``, unless the user
+    set WANDB_DIR (a value we set for an earlier run of this process is replaced)."""
+    ours = os.environ.get("AGENTRL_SET_WANDB_DIR")
+    if "WANDB_DIR" in os.environ and os.environ["WANDB_DIR"] != ours:
+        return
+    os.environ["WANDB_DIR"] = os.environ["AGENTRL_SET_WANDB_DIR"] = str(Path(output_dir).resolve())
+
+
+def prepare_output_dir(cfg: AgentRLConfig, resume: str | None) -> None:
+    """Refuse a non-empty output_dir unless resuming or ``overwrite_output_dir`` (which clears it):
+    a new run must never leave a mixture of two runs' checkpoints and rollouts. Main process only
+    (the others start after it, under accelerate)."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise RecipeError(f"output_dir {out} is a file")
+    if resume is not None or not out.is_dir() or not any(out.iterdir()):
+        return
+    if not cfg.overwrite_output_dir:
+        raise RecipeError(f"output_dir {out} is not empty: resume with --resume_from_checkpoint true, "
+                          "clear it with --overwrite_output_dir true, or pick another --output_dir")
+    if out.resolve() in (Path.cwd().resolve(), Path.home().resolve(), Path("/")):
+        raise RecipeError(f"overwrite_output_dir: refusing to clear {out}")
+    shutil.rmtree(out)
 
 
 def resume_target(value, output_dir: str) -> str | None:
@@ -120,9 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
-    if argv and argv[0] in ("-h", "--help"):
+    if any(a in ("-h", "--help") for a in argv):
+        from agentrl.config import recipe_keys_help
+
         print(__doc__.strip())
-        print("\nrecipe keys: see AgentRLConfig in agentrl/config.py (plus every GRPOConfig key)")
+        print("\nRecipe keys (YAML `key: value`, or `--key value` on the command line, which wins):")
+        print(recipe_keys_help())
         return 0
     try:
         path, rest = split_argv(argv)
@@ -130,9 +198,15 @@ def main(argv: list[str] | None = None) -> int:
             raise RecipeError("usage: python -m agentrl.train RECIPE.yaml [--field value ...]")
         cfg = _load(path, rest)
         resume = resume_target(cfg.resume_from_checkpoint, cfg.output_dir)
+        prepare_output_dir(cfg, resume)
+        _wandb_dir_in_run(cfg.output_dir)
         trainer = build_trainer(cfg)
     except RecipeError as e:
         return _fail("agentrl train", e)
+    if trainer.accelerator.is_main_process:
+        from agentrl.runinfo import write_run_info
+
+        write_run_info(cfg, argv)
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(cfg.output_dir)
     return 0

@@ -103,3 +103,76 @@ def test_report_missing_run(tmp_path, capsys):
 
     assert main([str(tmp_path / "nope")]) == 2
     assert "run folder not found" in capsys.readouterr().err
+
+
+def _write_run(run: Path, success: list[float], extra=None):
+    run.mkdir(parents=True)
+    rows = [{"step": i + 1, "env/success": v, "env/invalid_action_rate": 0.5 - v / 2, "entropy": 1.0 - v,
+             "credit/adv_abs_mean": 0.3, "credit/adv_mean": 0.0, "time/rollout_s": 2.0, "time/update_s": 1.0,
+             "time/credit_s": 0.1, **(extra or {})} for i, v in enumerate(success)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_report_groups_seeds_into_mean_and_band(tmp_path, capsys):
+    from agentrl.report import group_runs, main, mean_band
+
+    # mean of (0, .2) and (.4, .6) at steps 1, 2 = .2, .4; s.e. = sd / sqrt(2) = (.2828 / 1.4142) = .2
+    xs, ys, ses = mean_band([([1, 2], [0.0, 0.2]), ([1, 2, 3], [0.4, 0.6, 0.9])])
+    assert xs == [1, 2] and ys == pytest.approx([0.2, 0.4]) and ses == pytest.approx([0.2, 0.2])
+    rec = tmp_path / "runs" / "bipace" / "alfworld_grpo_7b"
+    _write_run(rec / "seed0", [0.0, 0.2, 0.6, 0.8])
+    _write_run(rec / "seed1", [0.4, 0.6, 0.8, 1.0])
+    other = tmp_path / "runs" / "single"
+    _write_run(other, [0.1, 0.1, 0.1, 0.1])
+    assert {k: [p.name for p in v] for k, v in group_runs([str(rec), str(other)]).items()} == {
+        "alfworld_grpo_7b": ["seed0", "seed1"], "single": ["single"]}
+    assert list(group_runs([str(rec / "seed0"), str(rec / "seed1")])) == ["alfworld_grpo_7b"]
+    # held-out eval JSONs in the checkpoints of seed0
+    for step, succ in ((2, 25.0), (4, 50.0)):
+        ck = rec / "seed0" / f"checkpoint-{step}"
+        ck.mkdir()
+        (ck / "eval_TextCraft-v0_valid.json").write_text(json.dumps([{"checkpoint": str(ck), "all": {"success": succ}}]))
+    out = tmp_path / "rep"
+    assert main([str(rec), str(other), "--out", str(out), "--smooth", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "trailing mean over 2 logged steps" in text and "(mean of 2 seeds)" in text
+    summary = json.loads((out / "report.json").read_text())
+    r = summary["runs"]["alfworld_grpo_7b"]
+    # smoothed per seed (window 2): seed0 [0, .1, .4, .7], seed1 [.4, .5, .7, .9] -> mean [.2, .3, .55, .8]
+    assert r["seeds"] == 2 and r["final_success"] == pytest.approx(0.8)
+    assert r["steps_to_threshold"] == {"0.5": 3, "0.7": 4, "0.9": None}
+    assert r["held_out/TextCraft-v0_valid"] == {"2": 0.25, "4": 0.5}
+    for name in summary["figures"]:
+        assert (out / name).stat().st_size > 1000, name
+
+
+def test_show_episode_turn_by_turn(tmp_path, capsys):
+    from agentrl.records import StepRecord, write_jsonl
+    from agentrl.show import main
+
+    run = tmp_path / "run"
+    (run / "rollouts").mkdir(parents=True)
+    (run / "recipe.yaml").write_text("credit: grpo\ngamma: 0.9\ncredit_kwargs: {}\n")
+    recs = []
+    for k, won in ((0, True), (1, False)):
+        for t in range(2):
+            done = t == 1
+            recs.append(StepRecord(group_id="s0:t0", traj_id=f"s0:r0:{k}", t=t, obs=f"obs {k}{t}",
+                                   action="craft x" if t == 0 else "inventory", reward=float(won and done),
+                                   done=done, won=won, valid=not (k == 1 and t == 1),
+                                   info={"response": f"<action>craft x</action> raw {k}{t}",
+                                         "advantage": 0.7071 if won else -0.7071}))
+    path = run / "rollouts" / "iter_00000.jsonl"
+    write_jsonl(recs, path)
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "s0:t0" in out and "2 groups" not in out and "1 groups" in out
+    assert main([str(path), "--traj", "s0:r0:1", "--estimators", "grpo,nosuch"]) == 0
+    out = capsys.readouterr().out
+    assert "run's estimator: grpo {'gamma': 0.9}" in out and "nosuch: not computed" in out
+    assert "trajectory s0:r0:1  group s0:t0" in out and "not won" in out
+    assert "response:    <action>craft x</action> raw 11" in out and "[INVALID]" in out
+    # returns 1 and 0 in one group: GRPO (R - mean) / sample std = -.5 / sqrt(.5) = -.7071 on both steps
+    assert out.count("run (grpo) -0.7071, grpo -0.7071") == 2
+    assert main([str(path), "--group", "nope"]) == 2
+    assert "no group_id 'nope'" in capsys.readouterr().err

@@ -1,7 +1,9 @@
-"""Every shipped recipe passes `agentrl check-recipe`'s validation, and the reproduction recipes
-carry the papers' hyperparameters (values copied from the papers' tables into this test)."""
+"""Every shipped recipe passes `agentrl check-recipe`'s validation, the reproduction recipes
+carry the papers' hyperparameters (values copied from the papers' tables into this test), and the
+recipes factored into base recipes resolve to the settings the flat files had."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,8 @@ import pytest
 from agentrl.config import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
-RECIPES = sorted(p.relative_to(REPO) for p in (REPO / "recipes").rglob("*.yaml"))
+# files named _*.yaml are base recipes: fragments that the recipes name with `base:`
+RECIPES = sorted(p.relative_to(REPO) for p in (REPO / "recipes").rglob("*.yaml") if not p.name.startswith("_"))
 HAVE_ALFWORLD = importlib.util.find_spec("alfworld") is not None
 
 
@@ -40,14 +43,14 @@ def test_recipe_validates(recipe):
 
 
 def test_recipe_sets_are_complete():
-    names = {p.stem for p in (REPO / "recipes" / "bipace").glob("*.yaml")}
+    names = {p.stem for p in (REPO / "recipes" / "bipace").glob("[!_]*.yaml")}
     methods = ["grpo", "gigpo", "bigpo", "bipace_diff_firstn", "bipace_diff_tag", "bipace_q", "hashngram_pace_q"]
     want = {f"{e}_{m}_{s}" for e in ("alfworld", "webshop", "textcraft") for m in methods for s in ("1.5b", "7b")}
     assert names == want
-    salt = {p.stem for p in (REPO / "recipes" / "salt").glob("*.yaml")}
+    salt = {p.stem for p in (REPO / "recipes" / "salt").glob("[!_]*.yaml")}
     assert salt == {f"{e}_{m}_{s}" for e in ("alfworld", "webshop") for m in ("grpo", "grpo_salt", "rloo", "rloo_salt")
                     for s in ("1.5b", "7b")}
-    rtmc = {p.stem for p in (REPO / "recipes" / "rtmc").glob("*.yaml")}
+    rtmc = {p.stem for p in (REPO / "recipes" / "rtmc").glob("[!_]*.yaml")}
     assert rtmc == {"swe_grpo", "swe_grpo_step_reward", "swe_rtmc", "swe_rtmc_no_prior"}
 
 
@@ -68,7 +71,7 @@ def test_papers_hyperparameters():
     assert (c.max_turns, c.max_prompt_tokens) == (15, 4096)
     # RTMC Sec. 5.1: gamma 0.99, n_prior 2 (0 for the ablation), lr 1e-7, 20 warmup steps, 64 rollouts
     c = load_recipe("recipes/rtmc/swe_rtmc.yaml", [])
-    assert c.credit_kwargs == {"gamma": 0.99, "n_prior": 2} and c.learning_rate == 1e-7 and c.warmup_steps == 20
+    assert (c.gamma, c.credit_kwargs) == (0.99, {"n_prior": 2}) and c.learning_rate == 1e-7 and c.warmup_steps == 20
     assert c.context_mode == "trajectory" and c.valid_action_reward == 0.005
     assert load_recipe("recipes/rtmc/swe_rtmc_no_prior.yaml", []).credit_kwargs["n_prior"] == 0
 
@@ -76,3 +79,47 @@ def test_papers_hyperparameters():
 def test_cli_override_wins():
     c = load_recipe("recipes/salt/webshop_grpo_7b.yaml", ["--learning_rate", "3e-6", "--max_steps", "7"])
     assert (c.learning_rate, c.max_steps) == (3e-6, 7)
+
+
+def _effective(d: dict) -> dict:
+    """What a recipe hands the trainer: the credit module gets gamma + credit_kwargs, the flat
+    recipes gave gamma twice (top-level and in credit_kwargs, which won)."""
+    d = dict(d)
+    ck = dict(d.get("credit_kwargs") or {})
+    g = ck.pop("gamma", None)
+    d["gamma"] = g if g is not None else d.get("gamma", 0.95)
+    d["credit_kwargs"] = ck
+    return d
+
+
+def test_recipes_resolve_as_the_flat_files_did():
+    # tests/recipes_resolved.json: every recipe as the flat files (before base recipes) resolved
+    from agentrl.recipe_file import read_recipe_file
+
+    before = json.loads((REPO / "tests" / "recipes_resolved.json").read_text())
+    assert sorted(before) == [str(r) for r in RECIPES]
+    for r in RECIPES:
+        assert _effective(read_recipe_file(REPO / r)) == before[str(r)], r
+
+
+def test_recipes_say_what_differs():
+    import yaml
+
+    from agentrl.recipe_file import read_recipe_file
+
+    bases = {p for p in (REPO / "recipes").rglob("_*.yaml")}
+    used = set()
+    for r in RECIPES:
+        raw = yaml.safe_load((REPO / r).read_text())
+        assert "gamma" not in (raw.get("credit_kwargs") or {}), r  # a setting given once
+        p = REPO / r
+        while "base" in raw:
+            p = (p.parent / raw["base"]).resolve()
+            used.add(p)
+            raw = yaml.safe_load(p.read_text())
+        assert read_recipe_file(REPO / r)  # the chain resolves
+    assert bases == used  # no orphan base
+    # alfworld_bipace_q_7b differs from its base by a few lines, not the 30 it used to repeat
+    body = [ln for ln in (REPO / "recipes/bipace/alfworld_bipace_q_7b.yaml").read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")]
+    assert len(body) <= 6

@@ -223,7 +223,9 @@ class _Rollout:
             reward=float(reward), done=False, action_token_ids=list(comp),
             fingerprint=[float(x) for x in fp] if fp is not None else None,
             state_sig=s.info.get("state_sig"), action_sig=info.get("action_sig"),
-            task_family=ep.task_family, valid=valid, info={"prompt_tokens": len(s.prompt or [])},
+            task_family=ep.task_family, valid=valid,
+            # the raw response too: what the model wrote, even when the action parsed (agentrl show)
+            info={"prompt_tokens": len(s.prompt or []), "response": response},
             # the env's invalid-action penalty, already inside ``reward`` (credit's penalty="step")
             penalty=float(info.get("penalty", 0.0)),
         ))

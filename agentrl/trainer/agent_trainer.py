@@ -39,6 +39,7 @@ from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode, GenerateOutput, run_episodes
+from agentrl.rollout.metrics import episode_metrics, episode_summary
 from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
 from agentrl.rollout.settings import RolloutSettings
 from agentrl.trainer.rows import (
@@ -343,24 +344,12 @@ class AgentGRPOTrainer(GRPOTrainer):
     def _episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """``env/*`` metrics over all ranks' episodes (every rank computes the same numbers from
         gathered per-episode summaries)."""
-        summ = [dict(won=ep.won, length=ep.length, invalid=ep.n_invalid, error=ep.error is not None,
-                     truncated=ep.truncated, family=ep.task_family, ret=ep.return_) for ep in episodes]
+        summ = [episode_summary(ep) for ep in episodes]
         world = self.accelerator.num_processes
         all_summ = [s for g in (gather_object([summ]) if world > 1 else [summ]) for s in g]
         if not all_summ:
             return {}
-        steps_total = sum(s["length"] for s in all_summ)
-        m = {
-            "env/success": float(np.mean([s["won"] for s in all_summ])),
-            "env/episode_len": float(np.mean([s["length"] for s in all_summ])),
-            "env/return": float(np.mean([s["ret"] for s in all_summ])),
-            "env/invalid_action_rate": sum(s["invalid"] for s in all_summ) / max(steps_total, 1),
-            "env/error_episodes": float(sum(s["error"] for s in all_summ)),
-            "env/truncated_frac": float(np.mean([s["truncated"] for s in all_summ])),
-        }
-        for f in sorted({s["family"] for s in all_summ if s["family"]}):
-            m[f"env/success/{f}"] = float(np.mean([s["won"] for s in all_summ if s["family"] == f]))
-        return m
+        return {k: float(v) for k, v in episode_metrics(all_summ).items()}
 
     def _log_metrics(self, mode: str, episodes: list[Episode], credited: Credited, counts: RowCounts,
                      rollout_s: float) -> None:

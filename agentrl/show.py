@@ -1,0 +1,171 @@
+"""``agentrl show ROLLOUTS.jsonl [--traj ID | --group ID] [--estimators a,b] [--set EST.KWARG=VALUE]``
+
+Prints saved rollouts (a run's ``output_dir/rollouts/iter_XXXXX.jsonl``, written with
+``save_rollouts: true``) turn by turn: the observation, the model's raw response, the action the
+env parsed from it (and whether it was valid), the reward, and the step's advantage under the
+run's own estimator (saved with the records) and under any others asked for with
+``--estimators`` (``agentrl.credit.compute`` over the whole file, since advantages compare an
+episode with its group). The run's estimator and its kwargs are read from the run folder's
+``recipe.yaml`` when it is there. Without ``--traj`` or ``--group``: one line per group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from agentrl.recipe_file import first_line
+
+
+class ShowError(Exception):
+    """Bad input: one line, exit code 2."""
+
+
+def run_credit_settings(rollouts: Path) -> tuple[str | None, dict[str, Any]]:
+    """The run's estimator and its kwargs (gamma + credit_kwargs) from ``recipe.yaml`` beside
+    the rollouts folder; (None, {}) when there is none."""
+    import yaml
+
+    for folder in (rollouts.parent, rollouts.parent.parent):
+        p = folder / "recipe.yaml"
+        if p.is_file():
+            try:
+                data = yaml.safe_load(p.read_text()) or {}
+            except yaml.YAMLError:
+                return None, {}
+            if isinstance(data, dict) and data.get("credit"):
+                kw = {"gamma": data["gamma"]} if "gamma" in data else {}
+                kw.update(data.get("credit_kwargs") or {})
+                return str(data["credit"]), kw
+    return None, {}
+
+
+def load_records(path: str) -> list[dict[str, Any]]:
+    from agentrl.records import read_jsonl
+
+    p = Path(path)
+    if not p.is_file():
+        raise ShowError(f"rollouts file not found: {path}")
+    try:
+        records = list(read_jsonl(p))
+    except ValueError as e:
+        raise ShowError(f"{path}: not JSONL step records ({first_line(e)})") from None
+    if not records or not all(isinstance(r, dict) for r in records):
+        raise ShowError(f"{path}: no step records (one JSON object per line)")
+    return records
+
+
+def other_advantages(records: list[dict], names: list[str], kw: dict[str, dict]) -> dict[str, list | str]:
+    """name -> advantages aligned with ``records``, or a one-line reason it could not be computed."""
+    from agentrl import credit
+
+    out: dict[str, list | str] = {}
+    for name in names:
+        try:
+            res = credit.compute(name, records, **kw.get(name, {}))
+            out[name] = [float(a) for a in res.step_advantages]
+        except (ValueError, TypeError, KeyError) as e:
+            out[name] = f"not computed: {first_line(e)}"
+    return out
+
+
+def _clip(text: Any, width: int) -> str:
+    s = " ".join(str(text if text is not None else "").split())
+    return s if width <= 0 or len(s) <= width else s[: width - 3] + "..."
+
+
+def show_traj(records: list[tuple[int, dict]], advs: dict[str, list | str], run_name: str, width: int) -> list[str]:
+    first = records[0][1]
+    won = any(r.get("won") for _, r in records)
+    ret = sum(float(r.get("reward", 0.0)) for _, r in records)
+    lines = [f"trajectory {first.get('traj_id')}  group {first.get('group_id')}  family "
+             f"{first.get('task_family') or '-'}  steps {len(records)}  return {ret:.3f}  "
+             f"{'WON' if won else 'not won'}"]
+    for i, r in records:
+        info = r.get("info") or {}
+        adv = [f"{run_name} {info['advantage']:+.4f}"] if "advantage" in info else []
+        adv += [f"{n} {a[i]:+.4f}" for n, a in advs.items() if isinstance(a, list)]
+        valid = r.get("valid", True)
+        lines.append(f"  t={r.get('t')}  reward {float(r.get('reward', 0.0)):+.3f}  advantage: "
+                     f"{', '.join(adv) or '-'}{'  (done)' if r.get('done') else ''}")
+        lines.append(f"    observation: {_clip(r.get('obs'), width)}")
+        resp = info.get("response")
+        lines.append(f"    response:    {_clip(resp, width) if resp is not None else '(not saved by this run)'}")
+        lines.append(f"    action:      {_clip(r.get('action'), width)}{'' if valid else '   [INVALID]'}")
+    return lines
+
+
+def group_table(records: list[dict]) -> list[str]:
+    groups: OrderedDict[str, dict[str, list]] = OrderedDict()
+    for r in records:
+        g = groups.setdefault(str(r.get("group_id")), {})
+        g.setdefault(str(r.get("traj_id")), []).append(r)
+    lines = [f"{len(records)} step records, {len(groups)} groups; show one with --group ID or --traj ID",
+             f"{'group':<20} {'trajectories':>12} {'won':>5} {'mean steps':>11}  first traj"]
+    for gid, trajs in groups.items():
+        won = sum(any(r.get("won") for r in recs) for recs in trajs.values())
+        steps = sum(len(v) for v in trajs.values()) / len(trajs)
+        lines.append(f"{gid:<20} {len(trajs):>12} {won:>5} {steps:>11.1f}  {next(iter(trajs))}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agentrl.credit.compare import _parse_kw
+
+    ap = argparse.ArgumentParser(prog="agentrl show", description=__doc__.split("\n\n")[1].replace("\n", " "))
+    ap.add_argument("rollouts", help="JSONL step records (output_dir/rollouts/iter_XXXXX.jsonl)")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--traj", default=None, help="show this trajectory (traj_id)")
+    which.add_argument("--group", default=None, help="show every trajectory of this group (group_id)")
+    ap.add_argument("--estimators", default=None, help="comma-separated credit estimators to compare with the run's")
+    ap.add_argument("--set", action="append", default=[], metavar="EST.KWARG=VALUE",
+                    help="estimator kwarg, repeatable (the run's gamma is used unless set)")
+    ap.add_argument("--width", type=int, default=160, help="characters per text field (0 = all)")
+    args = ap.parse_args(argv)
+    try:
+        records = load_records(args.rollouts)
+        if args.traj is None and args.group is None:
+            print("\n".join(group_table(records)))
+            return 0
+        key, wanted = ("traj_id", args.traj) if args.traj is not None else ("group_id", args.group)
+        chosen = [(i, r) for i, r in enumerate(records) if str(r.get(key)) == wanted]
+        if not chosen:
+            some = list(OrderedDict.fromkeys(str(r.get(key)) for r in records))[:5]
+            raise ShowError(f"no {key} {wanted!r} in {args.rollouts}; e.g. {', '.join(some)}")
+        run_name, run_kw = run_credit_settings(Path(args.rollouts))
+        names = [n.strip() for n in (args.estimators or "").split(",") if n.strip()]
+        try:
+            kw = _parse_kw(args.set)
+        except ValueError as e:
+            raise ShowError(str(e)) from None
+        if "gamma" in run_kw:
+            from agentrl import credit
+
+            for n in names:
+                if n in credit.available() and "gamma" in credit.describe(n)["kwargs"]:
+                    kw.setdefault(n, {}).setdefault("gamma", run_kw["gamma"])
+        advs = other_advantages(records, names, kw)
+    except ShowError as e:
+        print(f"agentrl show: {e}", file=sys.stderr)
+        return 2
+    label = f"run ({run_name})" if run_name else "run"
+    if run_name:
+        print(f"run's estimator: {run_name} {run_kw}")
+    for n, a in advs.items():
+        if isinstance(a, str):
+            print(f"{n}: {a}")
+    trajs: OrderedDict[str, list] = OrderedDict()
+    for i, r in chosen:
+        trajs.setdefault(str(r.get("traj_id")), []).append((i, r))
+    for recs in trajs.values():
+        recs.sort(key=lambda ir: int(ir[1].get("t", 0)))
+        print("\n".join(show_traj(recs, advs, label, args.width)))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Bad recipes and CLI values: one line, exit 2, before anything loads; a reused output_dir;
+`--help` of every command; recipes that name a base recipe."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentrl.recipe_file import RecipeError, read_recipe_file
+
+REPO = Path(__file__).resolve().parent.parent
+GOOD = dict(model_name_or_path="smollm2", env_id="agentrl/TextCraft-v0", env_kwargs={"prompt_style": "compact"},
+            task_families=["depth2"], num_tasks=8, num_generations=2, per_device_train_batch_size=4,
+            max_completion_length=8, max_steps=1, report_to="none", use_cpu=True)
+
+
+def _recipe(tmp_path, text=None, **kw):
+    p = tmp_path / "r.yaml"
+    p.write_text(text if text is not None else yaml.safe_dump(dict(GOOD, output_dir=str(tmp_path / "o"), **kw)))
+    return str(p)
+
+
+def _check(argv, capsys):
+    from agentrl.train import check_main
+
+    rc = check_main(argv)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    return rc, err
+
+
+@pytest.mark.parametrize("kw, extra, needle", [
+    (dict(learning_rate=-1e-4), [], "learning_rate must be > 0, got -0.0001"),
+    (dict(learning_rate=0.0), [], "learning_rate must be > 0"),
+    ({}, ["--learning_rate", "-1e-4"], "learning_rate must be > 0, got -0.0001"),  # was "expected one argument"
+    ({}, ["--learning_rate", "-1"], "learning_rate must be > 0"),
+    (dict(temperature=0.0), [], "temperature must be > 0"),
+    ({}, ["--temperature", "-0.5"], "temperature must be > 0"),
+    (dict(max_completion_length=0), [], "max_completion_length must be >= 1"),
+    (dict(max_steps=0), [], "max_steps must be >= 1"),  # was: trained one step and exited 0
+    (dict(gamma=1.5), [], "gamma must be in [0, 1]"),
+    (dict(credit_kwargs={"gamma": 0.9}), [], "gamma is set twice"),
+    (dict(context_mode="sideways"), [], "context_mode must be one of"),
+])
+def test_value_checks_one_line_exit_2(tmp_path, capsys, kw, extra, needle):
+    rc, err = _check([_recipe(tmp_path, **kw), *extra], capsys)
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_negative_value_on_the_cli_is_a_value(tmp_path, capsys):
+    from agentrl.config import join_negative_values, load_recipe
+
+    assert join_negative_values(["--a", "-1e-4", "--b", "2", "--c", "-x"]) == ["--a=-1e-4", "--b", "2", "--c", "-x"]
+    cfg = load_recipe(_recipe(tmp_path), ["--valid_action_reward", "-0.05", "--fingerprint_layer", "-2"])
+    assert cfg.valid_action_reward == -0.05 and cfg.fingerprint_layer == -2
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("", "is empty"),
+    ("# only a comment\n", "is empty"),
+    ("{}\n", "is empty"),
+    ("learning_rate: 1.0e-5\nenv_id: agentrl/TextCraft-v0\nlearning_rate: 5.0\n", "key 'learning_rate' is given twice (line 3)"),
+    ("credit_kwargs:\n  eps: 0.1\n  eps: 0.2\n", "key 'eps' is given twice"),
+])
+def test_recipe_file_holes(tmp_path, capsys, text, needle):
+    rc, err = _check([_recipe(tmp_path, text)], capsys)
+    assert rc == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_empty_recipe_writes_nothing(tmp_path, monkeypatch):
+    # before: "recipe OK", then a default training that wrote ./trainer_output and ./wandb
+    from agentrl.train import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.yaml").write_text("")
+    assert main(["empty.yaml"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.yaml"]
+
+
+def test_reused_output_dir(tmp_path, capsys):
+    from agentrl.config import load_recipe
+    from agentrl.train import prepare_output_dir
+
+    out = tmp_path / "o"
+    (out / "checkpoint-3").mkdir(parents=True)
+    (out / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    cfg = load_recipe(_recipe(tmp_path), [])
+    with pytest.raises(RecipeError, match="is not empty: resume with --resume_from_checkpoint true"):
+        prepare_output_dir(cfg, None)
+    prepare_output_dir(cfg, str(out / "checkpoint-3"))  # resuming: the folder is kept
+    assert (out / "checkpoint-3").is_dir()
+    cfg = load_recipe(_recipe(tmp_path), ["--overwrite_output_dir", "true"])
+    prepare_output_dir(cfg, None)
+    assert not out.exists()  # cleared: never a mixture of two runs
+    prepare_output_dir(cfg, None)  # nothing there: fine
+    # through the CLI: one line, exit 2, before the model loads
+    (out / "rollouts").mkdir(parents=True)
+    from agentrl.train import main
+
+    assert main([_recipe(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not empty" in err[0]
+
+
+def test_base_recipes(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "_base.yaml").write_text("env_id: agentrl/TextCraft-v0\nlearning_rate: 1.0e-5\ncredit_kwargs: {a: 1}\n")
+    (tmp_path / "sub" / "child.yaml").write_text("base: ../_base.yaml\nlearning_rate: 2.0e-5\ncredit_kwargs: {b: 2}\n")
+    (tmp_path / "grandchild.yaml").write_text("base: sub/child.yaml\nseed: 3\n")
+    assert read_recipe_file(tmp_path / "grandchild.yaml") == {
+        "env_id": "agentrl/TextCraft-v0", "learning_rate": 2e-5, "credit_kwargs": {"b": 2}, "seed": 3}
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nseed: 1\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\nseed: 2\n")
+    with pytest.raises(RecipeError, match=r"cycle \(a.yaml -> b.yaml -> a.yaml\)"):
+        read_recipe_file(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("base: nowhere.yaml\nseed: 1\n")
+    with pytest.raises(RecipeError, match="base recipe not found: nowhere.yaml"):
+        read_recipe_file(tmp_path / "c.yaml")
+    (tmp_path / "d.yaml").write_text("base: 3\n")
+    with pytest.raises(RecipeError, match="base must be the path of another recipe"):
+        read_recipe_file(tmp_path / "d.yaml")
+
+
+def test_base_recipe_keys_are_validated(tmp_path, capsys):
+    (tmp_path / "_base.yaml").write_text(yaml.safe_dump(dict(GOOD, learnin_rate=0.1)))
+    child = tmp_path / "child.yaml"
+    child.write_text(f"base: _base.yaml\noutput_dir: {tmp_path / 'o'}\n")
+    rc, err = _check([str(child)], capsys)
+    assert rc == 2 and len(err) == 1 and "unknown config key 'learnin_rate'" in err[0]
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "agentrl", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("cmd, needle", [
+    (["check-recipe", "--help"], "Validate a recipe"),
+    (["launch", "--help"], "accelerate launch"),
+    (["credit", "--help"], "compare"),
+    (["--version"], "agentrl 0."),
+    (["bench", "--help"], "Micro-benchmarks: credit estimators"),
+    (["show", "--help"], "turn by turn"),
+])
+def test_help_exits_0(cmd, needle):
+    from agentrl.cli import main
+
+    p = _run(*cmd)
+    assert p.returncode == 0 and needle in p.stdout and "Traceback" not in p.stderr, (p.stdout, p.stderr)
+    assert main(cmd) == 0
+
+
+def test_train_help_lists_recipe_keys_with_docs(capsys):
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    from agentrl.config import KEY_GROUPS, AgentRLConfig
+    from agentrl.train import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "rollout:" in out and "  history_length (default 2)" in out and "(obs, action) pairs" in out
+    assert "max_completion_length (default 64)" in out and "learning_rate (default 1e-06)" in out
+    # every agentrl key has a group, so a new field shows up in --help
+    own = {f.name for f in fields(AgentRLConfig)} - {f.name for f in fields(GRPOConfig)}
+    assert own <= {k for names in KEY_GROUPS.values() for k in names}
+
+
+def test_launch_dry_run_validates(tmp_path, capsys):
+    from agentrl.launch import main
+
+    r = tmp_path / "r.yaml"
+    r.write_text(yaml.safe_dump(dict(GOOD, output_dir=str(tmp_path / "o"), learning_rate=-1.0)))
+    assert main([str(r), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "learning_rate must be > 0" in err[0]
+    r.write_text(yaml.safe_dump(dict(GOOD, output_dir=str(tmp_path / "o"))))
+    assert main([str(r), "--dry-run", "--learning_rate", "2e-5"]) == 0
+    assert "agentrl.train" in capsys.readouterr().out
+
+
+def test_tqdm_off_when_not_a_terminal(tmp_path):
+    from agentrl.config import load_recipe
+
+    assert load_recipe(_recipe(tmp_path), []).disable_tqdm is True  # pytest captures stderr
+    assert load_recipe(_recipe(tmp_path), ["--disable_tqdm", "false"]).disable_tqdm is False
+
+
+def test_resolved_recipe_round_trips(tmp_path):
+    from agentrl.config import load_recipe
+    from agentrl.runinfo import resolved_recipe, write_run_info
+
+    cfg = load_recipe(_recipe(tmp_path), ["--learning_rate", "3e-5"])
+    write_run_info(cfg, ["r.yaml", "--learning_rate", "3e-5"])
+    out = Path(cfg.output_dir)
+    saved = yaml.safe_load((out / "recipe.yaml").read_text())
+    assert saved["learning_rate"] == 3e-5 and saved["env_kwargs"] == {"prompt_style": "compact"}
+    assert saved == resolved_recipe(cfg)
+    info = json.loads((out / "run_info.json").read_text())
+    assert info["agentrl"] and info["libraries"]["trl"] and "commit" in info["git"]
+    assert info["command"][-2:] == ["--learning_rate", "3e-5"]
+    again = load_recipe(str(out / "recipe.yaml"), [])  # the resolved recipe is a valid recipe
+    assert resolved_recipe(again) == resolved_recipe(cfg)
+
+
+def test_tied_head_warning_filtered():
+    import logging
+
+    from agentrl.runinfo import TiedHeadFilter
+
+    def rec(msg):
+        return logging.LogRecord("transformers.trainer", logging.WARNING, __file__, 1, msg, None, None)
+
+    f = TiedHeadFilter()
+    assert not f.filter(rec("There were missing keys in the checkpoint model loaded: ['lm_head.weight']."))
+    assert f.filter(rec("There were missing keys in the checkpoint model loaded: ['model.norm.weight']."))
+
+
+def test_log_line_has_step_and_numbers(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from agentrl.runinfo import make_callbacks
+
+    metrics_cb, line_cb = make_callbacks()
+    args = SimpleNamespace(output_dir=str(tmp_path), disable_tqdm=True)
+    state = SimpleNamespace(global_step=3, is_world_process_zero=True, is_local_process_zero=True, max_steps=5)
+    line_cb.on_train_begin(args, state, None)
+    logs = {"loss": 0.123456789, "env/success": 0.25, "total_flos": 1.0}
+    for cb in (metrics_cb, line_cb):
+        cb.on_log(args, state, None, logs=dict(logs))
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == {"step": 3, "loss": 0.1235, "env/success": 0.25}  # numbers, not '0.1235'
+    for step in (4, 5):
+        metrics_cb.on_log(args, SimpleNamespace(global_step=step, is_world_process_zero=True), None, logs={"loss": 1.0})
+    # resuming from step 4: the lines the resumed run logs again (step 5) are dropped first
+    metrics_cb.on_train_begin(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
+    rows = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [3, 4] and rows[0]["env/success"] == 0.25
+
+
+def test_wandb_files_in_the_run_folder(tmp_path, monkeypatch):
+    import os
+
+    from agentrl.train import _wandb_dir_in_run
+
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    monkeypatch.delenv("AGENTRL_SET_WANDB_DIR", raising=False)
+    _wandb_dir_in_run(str(tmp_path / "a"))
+    assert os.environ["WANDB_DIR"] == str((tmp_path / "a").resolve())
+    _wandb_dir_in_run(str(tmp_path / "b"))  # a second run in this process: its own folder
+    assert os.environ["WANDB_DIR"] == str((tmp_path / "b").resolve())
+    monkeypatch.setenv("WANDB_DIR", "/elsewhere")  # the user's choice is kept
+    _wandb_dir_in_run(str(tmp_path / "c"))
+    assert os.environ["WANDB_DIR"] == "/elsewhere"
