@@ -39,8 +39,8 @@ from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode, GenerateOutput, run_episodes
-from agentrl.rollout.metrics import episode_metrics, episode_summary
 from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
+from agentrl.rollout.metrics import episode_metrics, episode_summary
 from agentrl.rollout.settings import RolloutSettings
 from agentrl.trainer.rows import (
     RowCounts,
