@@ -24,8 +24,11 @@ import agentrl.envs  # noqa: F401 - registers agentrl/SWE-v0
 from agentrl.actions import format_action
 from agentrl.envs.swe import SWEEnv, families, load_tasks, sandbox
 from agentrl.envs.swe import signatures as S
-from agentrl.envs.swe.env import MAX_DEPTH, _parse_result, _rmtree, _scan
+from agentrl.envs.swe.grading import parse_result as _parse_result
 from agentrl.envs.swe.sandbox import sandbox_problem
+from agentrl.envs.swe.workspace import MAX_DEPTH
+from agentrl.envs.swe.workspace import rmtree as _rmtree
+from agentrl.envs.swe.workspace import scan as _scan
 
 PROBLEM = sandbox_problem()
 bwrap = [pytest.mark.bwrap, pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox: {PROBLEM}")]
@@ -232,12 +235,17 @@ class TestEpisode:
         assert info["task_family"] == "wrong_default"
 
     def test_bad_reset_options(self, env):
-        with pytest.raises(ValueError, match="valid: .*off_by_one"):
+        # one wording for every env (agentrl.envs.base.parse_reset_options)
+        with pytest.raises(ValueError, match="^unknown task family 'typo'; valid: .*off_by_one"):
             env.reset(seed=0, options={"families": ["typo"]})
-        with pytest.raises(ValueError, match=r"valid: \['train', 'valid'\]"):
+        with pytest.raises(ValueError, match="^families must not be empty; valid: .*off_by_one"):
+            env.reset(seed=0, options={"families": []})
+        with pytest.raises(ValueError, match="^unknown split 'test'; valid: train, valid$"):
             env.reset(seed=0, options={"split": "test"})
-        with pytest.raises(ValueError, match="unknown reset option"):
+        with pytest.raises(ValueError, match=r"^unknown reset option\(s\) \['level'\]; valid: split, families, task_id$"):
             env.reset(seed=0, options={"level": 3})
+        with pytest.raises(ValueError, match="^unknown task_id 'nope'; valid: .*off_by_one_paginate"):
+            env.reset(seed=0, options={"task_id": "nope"})
 
     @pytest.mark.parametrize("response", [
         "no tags at all",

@@ -40,7 +40,7 @@ def play_expert(env, seed, options=None, limit=30):
 
 
 def test_depth_strata_and_split_sizes():
-    # FINDINGS.md (measured on the package independently): 291 depth-2, 117 depth-3, 11 depth-4
+    # measured on the package independently: 291 depth-2, 117 depth-3, 11 depth-4
     # goals; valid = ceil(0.2 n) per depth -> 59, 24, 3. Two depth-3 goals (netherite block,
     # anvil) need > 30 steps and are dropped from train.
     R = recipes()
@@ -149,10 +149,10 @@ def test_reset_options(env):
 
 
 @pytest.mark.parametrize("options, match", [
-    ({"split": "test"}, "split must be one of"),
-    ({"families": ["depth5"]}, "families must be a non-empty subset"),
-    ({"families": []}, "families must be a non-empty subset"),
-    ({"goal": "torch"}, "unknown reset option"),
+    ({"split": "test"}, "^unknown split 'test'; valid: train, valid$"),
+    ({"families": ["depth5"]}, "^unknown task family 'depth5'; valid: depth2, depth3, depth4$"),
+    ({"families": []}, "^families must not be empty; valid: depth2, depth3, depth4$"),
+    ({"goal": "torch"}, r"^unknown reset option\(s\) \['goal'\]; valid: split, families$"),
 ])
 def test_bad_options_raise(env, options, match):
     with pytest.raises(ValueError, match=match):

@@ -160,10 +160,10 @@ def test_reset_options(env):
 
 
 @pytest.mark.parametrize("options, match", [
-    ({"split": "test"}, "split must be one of"),
-    ({"families": ["toys"]}, "families must be a non-empty subset"),
-    ({"families": []}, "families must be a non-empty subset"),
-    ({"goal": 1}, "unknown reset option"),
+    ({"split": "test"}, "^unknown split 'test'; valid: train, valid$"),
+    ({"families": ["toys"]}, "^unknown task family 'toys'; valid: "),
+    ({"families": []}, "^families must not be empty; valid: "),
+    ({"goal": 1}, r"^unknown reset option\(s\) \['goal'\]; valid: split, families$"),
 ])
 def test_bad_options_raise(env, options, match):
     with pytest.raises(ValueError, match=match):

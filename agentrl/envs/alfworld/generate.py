@@ -21,7 +21,7 @@ Every game is then checked the way ALFWorld plays it: loaded in TextWorld's ``Pd
 are kept. The planner runs on the task-relevant sub-problem (:mod:`agentrl.envs.alfworld.planner`):
 on the whole kitchen problem its search took up to 90+ s per game here.
 
-Pitfalls handled (see FINDINGS.md): ``openable.json`` lacks some receptacles (StoveBurner,
+Pitfalls handled (each found by building games and playing them): ``openable.json`` lacks some receptacles (StoveBurner,
 Toaster, CoffeeMachine, GarbageCan, ...): the ones listed in ``objects.json`` are added with
 synthetic ids; a task's parent (and tool) receptacle must exist in the scene and no instance
 of the target starts inside a receptacle of the parent's type (else the game starts won);
@@ -473,10 +473,10 @@ def write_and_verify(spec: GameSpec, out_root: str, max_plan_steps: int = 60) ->
 
     walkthrough, error = None, None
     try:
-        from agentrl.envs.alfworld.engine import TranslationCache, pddl_env
+        from agentrl.envs.alfworld.engine import GameCache, pddl_env
 
         env, planner = _engine()
-        with TranslationCache():          # load() and reset() translate the same problem
+        with GameCache():          # load() and reset() translate the same problem
             env.load(game_file)
             state = env.reset()
         if state["won"]:
