@@ -99,8 +99,8 @@ def parse_reset_options(options: dict[str, Any] | None, splits, families, extra_
         raise ValueError(f"families must not be empty; valid: {valid_fams}")
     out = []
     for f in fams:
-        name = family_aliases.get(f, f) if isinstance(f, str) else f
-        if name not in families:
+        name = family_aliases.get(f, f) if isinstance(f, str) else None  # a list is unhashable
+        if name is None or name not in families:
             raise ValueError(f"unknown task family {clip(repr(f))}; valid: {valid_fams}")
         out.append(name)
     return split_aliases.get(split, split), out

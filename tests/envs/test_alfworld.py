@@ -306,3 +306,22 @@ def test_handcoded_expert_runs(game_root):
     r, n, info, _ = play_expert(e, 0, {"split": "train", "families": ["look"]}, limit=50)
     assert info["won"] and r == 1.0
     e.close()
+
+
+def test_reused_env_plays_like_a_fresh_one(env, game_root):
+    # envs persist across episodes (reset, not rebuilt): after other episodes, one left half
+    # played on another game, the module's env replays a game as a new instance does
+    from agentrl.envs import expert_trace
+    from agentrl.envs.alfworld.engine import pddl_env
+
+    expert_trace(env, 0, {"split": "train", "families": ["clean"]}, max_steps=3)
+    options = {"split": "train", "families": ["look"]}
+    reused = expert_trace(env, 0, options)
+    fresh = ALFWorldEnv(data_dir=game_root)
+    try:
+        assert expert_trace(fresh, 0, options) == reused
+        assert reused[-1][1] == 1.0 and reused[-1][4]["won"]
+        # the game's parsed logic is shared by every env of the process (GameCache)
+        assert pddl_env(fresh._tw)._logic is pddl_env(env._tw)._logic
+    finally:
+        fresh.close()

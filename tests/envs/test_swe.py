@@ -22,6 +22,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentrl.envs  # noqa: F401 - registers agentrl/SWE-v0
 from agentrl.actions import format_action
+from agentrl.envs import expert_trace
 from agentrl.envs.swe import SWEEnv, families, load_tasks, sandbox
 from agentrl.envs.swe import signatures as S
 from agentrl.envs.swe.grading import parse_result as _parse_result
@@ -147,6 +148,21 @@ def test_task_fails_before_and_expert_reaches_reward_one(env, task_id):
 
 class TestEpisode:
     pytestmark = bwrap
+
+    def test_reused_env_plays_like_a_fresh_one(self, env):
+        # envs persist across episodes (reset, not rebuilt): after other episodes, one left
+        # with an edited file and a stray one, the module's env replays a task as a new one does
+        env.reset(options={"task_id": "off_by_one_paginate"})
+        act(env, tool="file_editor", command="str_replace", path=PAGES, old_str=OLD_LINE, new_str="    start = 0\n")
+        bash(env, "echo x > stray.txt && pytest -q")
+        options = {"split": "valid", "families": ["wrong_operator"]}
+        reused = expert_trace(env, 1, options)
+        fresh = SWEEnv(command_timeout=3.0)
+        try:
+            assert expert_trace(fresh, 1, options) == reused
+        finally:
+            fresh.close()
+        assert reused[-1][1] == 1.0 and reused[-1][4]["won"] and len(reused) > 3
 
     def test_expert_trajectory_signatures(self, env):
         obs, info = env.reset(options={"task_id": "off_by_one_paginate"})

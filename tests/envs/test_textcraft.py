@@ -12,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentrl.envs  # noqa: F401  (registers agentrl/*)
 from agentrl.actions import format_action
+from agentrl.envs import expert_trace
 from agentrl.envs.base import MALFORMED_MESSAGE
 from agentrl.envs.textcraft import FAMILIES, TextCraftEnv, goal_pool, recipes
 
@@ -244,3 +245,17 @@ def test_long_commands_are_not_echoed_whole():
         assert len(info["action"]) == 4096 and info["action"].endswith("...")
         assert len(info["action_sig"]) <= 4096
         assert len(e.prompt(obs, info, [(obs0, resp)], 1)) < 1500
+
+
+def test_reused_env_plays_like_a_fresh_one(env):
+    # envs persist across episodes (reset, not rebuilt): after other episodes, one left half
+    # played, the module's env replays a goal exactly as a new instance does
+    options = {"split": "train", "families": ["depth3"]}
+    expert_trace(env, 1, options, max_steps=3)  # inventory left non-empty
+    reused = expert_trace(env, 2, options)
+    fresh = TextCraftEnv()
+    assert expert_trace(fresh, 2, options) == reused
+    assert reused[-1][1] == 1.0 and reused[-1][4]["won"] and len(reused) > 3
+    # one recipe graph per process, an inventory per env
+    assert fresh._engine.crafting_tree is env._engine.crafting_tree is recipes().tree
+    assert fresh._engine.inventory is not env._engine.inventory
