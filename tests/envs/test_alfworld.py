@@ -325,3 +325,29 @@ def test_reused_env_plays_like_a_fresh_one(env, game_root):
         assert pddl_env(fresh._tw)._logic is pddl_env(env._tw)._logic
     finally:
         fresh.close()
+
+
+def test_game_cache_changes_nothing(game_root, monkeypatch):
+    # the shared parses (GameCache) are pure memoization: a game plays the same without them,
+    # and leaving the context restores the library's own functions
+    import fast_downward
+    from textworld.envs.pddl import logic
+    from textworld.logic import Rule
+
+    from agentrl.envs import expert_trace
+    from agentrl.envs.alfworld import engine
+
+    originals = (fast_downward.pddl2sas, logic.GameLogic, Rule.__dict__["parse_conjunctive_query"])
+    options = {"split": "valid_seen", "families": ["heat"]}
+    cached_env = ALFWorldEnv(data_dir=game_root)
+    cached = expert_trace(cached_env, 0, options)
+    cached_env.close()
+    assert (fast_downward.pddl2sas, logic.GameLogic, Rule.__dict__["parse_conjunctive_query"]) == originals
+    monkeypatch.setattr(engine.GameCache, "__enter__", lambda self: self)
+    monkeypatch.setattr(engine.GameCache, "__exit__", lambda self, *exc: False)
+    plain_env = ALFWorldEnv(data_dir=game_root)
+    try:
+        assert expert_trace(plain_env, 0, options) == cached
+    finally:
+        plain_env.close()
+    assert cached[-1][1] == 1.0 and len(cached) > 4

@@ -172,7 +172,8 @@ class ALFWorldEnv(TextEnv):
             return NOTHING_HAPPENS, 0.0, False, False, {}
         self._last_valid = True
         before = dynamic_facts(self._state["_facts"])
-        state, _, _ = self._tw.step(cmd)
+        with GameCache():
+            state, _, _ = self._tw.step(cmd)
         self._state = state
         if self._plan and cmd == self._plan[0]:
             self._plan = self._plan[1:]
