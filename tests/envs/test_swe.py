@@ -7,6 +7,7 @@ against the agent's code are in ``test_swe_sandbox.py``. Runtime ~30 s on a load
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 
@@ -126,6 +127,18 @@ def test_task_fails_before_and_expert_reaches_reward_one(env, task_id):
 
 class TestEpisode:
     pytestmark = bwrap
+
+    def test_a_dropped_env_removes_its_files_at_once(self):
+        # no reference cycle through the tools: the files go when the last reference does
+        gc.disable()
+        try:
+            e = SWEEnv()
+            e.reset(seed=0)
+            base = e._base
+            del e
+            assert not base.exists()
+        finally:
+            gc.enable()
 
     def test_reused_env_plays_like_a_fresh_one(self, env):
         # envs persist across episodes (reset, not rebuilt): after other episodes, one left

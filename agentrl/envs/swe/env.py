@@ -122,7 +122,7 @@ class SWEEnv(TextEnv):
         self.sandbox.give(self._base)
         self.workspace = Workspace(self.repo, self.sandbox.give, int(workspace_limit_mb) << 20,
                                    workspace_limit_files)
-        self.tools = Tools(self.workspace, self.sandbox, self._grade, self.command_timeout)
+        self.tools = Tools(self.workspace, self.sandbox, self.command_timeout)
         self.task: Task | None = None
         self._done = False
 
@@ -183,10 +183,12 @@ class SWEEnv(TextEnv):
             return truncate(f"Invalid action: {e}", self.max_obs_chars), 0.0, False, False, extra
         except ValueError as e:  # e.g. a NUL byte or a lone surrogate in a path or text
             return truncate(f"Invalid action: bad argument ({e}).", self.max_obs_chars), 0.0, False, False, extra
-        if out.terminated:
+        if out.submitted:  # finish: grade and end the episode
+            v = self._grade()
             self._done = True
-        reward = out.reward + self._validation_bonus(out, extra)
-        return truncate(out.obs, self.max_obs_chars), reward, out.terminated, True, extra
+            extra.update(won=v.won, **v.counts)
+            return truncate(f"{out.obs}\n{v.summary}", self.max_obs_chars), float(v.won), True, True, extra
+        return truncate(out.obs, self.max_obs_chars), self._validation_bonus(out, extra), False, True, extra
 
     def _validation_bonus(self, out: Outcome, extra: dict) -> float:
         """RTMC's validation shaping (Eq. 12): +beta for a test run after a modification (only

@@ -2,7 +2,7 @@
 
 ``file_editor`` (view/create/str_replace/insert) and ``search`` run on the host over the
 :class:`~agentrl.envs.swe.workspace.Workspace`; ``bash`` runs in the jail
-(:mod:`agentrl.envs.swe.sandbox`); ``think`` is logged; ``finish`` grades. Every call also
+(:mod:`agentrl.envs.swe.sandbox`); ``think`` is logged; ``finish`` submits (the env grades). Every call also
 updates the RTMC state (a :class:`~agentrl.envs.swe.signatures.SignatureTracker`) and names its
 action signature. Rejections (malformed JSON, unknown tool or command, missing or ill-typed
 arguments, paths outside the workspace) raise :class:`Refused`; well-formed calls that fail on
@@ -14,13 +14,11 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentrl.envs.swe import signatures as S
-from agentrl.envs.swe.grading import Verdict
 from agentrl.envs.swe.sandbox import WORKDIR, Sandbox
 from agentrl.envs.swe.workspace import (
     IGNORED,
@@ -55,9 +53,8 @@ class Outcome:
     obs: str
     sig: str
     """RTMC action signature of the call."""
-    reward: float = 0.0
-    """1 for a ``finish`` whose grading passed; else 0 (shaping is the env's)."""
-    terminated: bool = False
+    submitted: bool = False
+    """``finish``: the env grades the repository and ends the episode."""
     validation: bool = False
     """A test run after a modification of the workspace (RTMC's validation, Eq. 12)."""
     first_validation: bool = False
@@ -101,11 +98,9 @@ def parse_call(action: str) -> dict:
 class Tools:
     """The tools of one env instance; :meth:`start` begins an episode's state."""
 
-    def __init__(self, workspace: Workspace, sandbox: Sandbox, grade: Callable[[], Verdict],
-                 command_timeout: float):
+    def __init__(self, workspace: Workspace, sandbox: Sandbox, command_timeout: float):
         self.ws = workspace
         self.sandbox = sandbox
-        self.grade = grade
         self.command_timeout = float(command_timeout)
         self.start()
 
@@ -346,9 +341,7 @@ class Tools:
         return Outcome("Your thought has been logged.", "think")
 
     def _finish(self, call: dict, extra: dict) -> Outcome:
-        v = self.grade()
-        extra.update(won=v.won, **v.counts)
-        return Outcome(f"Submitted.\n{v.summary}", "finish", reward=1.0 if v.won else 0.0, terminated=True)
+        return Outcome("Submitted.", "finish", submitted=True)
 
 
 def _small_utf8(p: Path) -> str | None:
