@@ -83,7 +83,10 @@ def _cached_query(original):
 
 class GameCache:
     """``with GameCache(): env.load(...); env.reset()`` (or ``env.step(...)``) -- memoized game
-    logic, PDDL translation and grammar conditions."""
+    logic, PDDL translation and grammar conditions.
+
+    It swaps library functions for the duration of the block: one env per thread at a time
+    (env workers are processes; each has its own caches)."""
 
     def __enter__(self):
         import fast_downward
