@@ -314,12 +314,13 @@ def _import_env_modules(modules) -> None:
 
 
 def validate_env(env_id: str, env_modules=None) -> None:
-    from gymnasium.envs.registration import registry
+    from agentrl.envs.probe import check_env_id
 
     _import_env_modules(env_modules)
-    if env_id not in registry:
-        valid = sorted(k for k in registry if k.startswith("agentrl"))
-        raise RecipeError(f"unknown env_id {env_id!r}; valid: {', '.join(valid)}")
+    try:
+        check_env_id(env_id)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
 
 
 _CHECKED_TASKS: set[str] = set()

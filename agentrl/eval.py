@@ -222,7 +222,6 @@ def evaluate(
     """Evaluate a checkpoint; ``temperature=0`` is greedy decoding. A rollout setting left None
     is the checkpoint's training value (``resolve_settings``); ``verbose`` prints the settings
     used and the warnings."""
-    import gymnasium as gym
 
     import agentrl.envs  # noqa: F401  (registers agentrl/* ids)
     from agentrl.envs.probe import probe_task
@@ -242,9 +241,6 @@ def evaluate(
 
         for m in st.env_modules:
             importlib.import_module(m)
-    if env_id not in gym.registry:
-        valid = ", ".join(sorted(k for k in gym.registry if k.startswith("agentrl/")))
-        raise EvalError(f"unknown env id {env_id!r}; valid: {valid}")
     seeds = list(seeds) if seeds else list(range(seed_start, seed_start + episodes))
     options: dict[str, Any] = {"split": split}
     if families:

@@ -61,15 +61,13 @@ class ExpertData:
 
 
 def make_env(env_id: str, env_kwargs: dict | None = None):
-    """gymnasium.make with a one-line error naming the registered agentrl env ids."""
-    import gymnasium as gym
+    """``agentrl.envs.make_env`` with its one-line error as an SFTError."""
+    from agentrl.envs.probe import make_env as _make
 
-    import agentrl.envs  # noqa: F401  (registers the agentrl/* ids)
-
-    if env_id not in gym.registry:
-        valid = ", ".join(sorted(k for k in gym.registry if k.startswith("agentrl/")))
-        raise SFTError(f"unknown env id {env_id!r}; valid: {valid}")
-    return gym.make(env_id, **(env_kwargs or {}))
+    try:
+        return _make(env_id, env_kwargs)
+    except ValueError as e:
+        raise SFTError(str(e)) from None
 
 
 def collect_expert(

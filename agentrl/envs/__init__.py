@@ -1,12 +1,19 @@
 """agentrl's gymnasium text environments, registered on import.
 
-Entry points are strings so that importing ``envs`` never imports an env's heavy engine
+Entry points are strings so that importing ``agentrl.envs`` never imports an env's heavy engine
 (ALFWorld's TextWorld stack is only loaded when ``agentrl/ALFWorld-v0`` is made).
+
+Envs persist: an instance is reset, not rebuilt, between episodes, and plays a reset exactly as a
+fresh instance would; read-only data (TextCraft's recipe graph, WebShop's catalog and search
+index, ALFWorld's parsed games, SWE's task catalogue) is loaded once per process and shared.
+``check_env_id``, ``probe_task``, ``make_env`` and ``expert_trace`` (:mod:`agentrl.envs.probe`) are
+the checks every entry point runs before an episode.
 """
 
 from gymnasium.envs.registration import register, registry
 
 from agentrl.envs.base import TextEnv
+from agentrl.envs.probe import check_env_id, expert_trace, make_env, probe_task, registered_env_ids
 
 ENV_SPECS = {
     # id: (entry point, max_episode_steps)  -- step limits as in the papers (ALFWorld 50, WebShop 15)
@@ -21,4 +28,5 @@ for _id, (_entry, _steps) in ENV_SPECS.items():
     if _id not in registry:
         register(id=_id, entry_point=_entry, max_episode_steps=_steps)
 
-__all__ = ["TextEnv", "ENV_SPECS"]
+__all__ = ["ENV_SPECS", "TextEnv", "check_env_id", "expert_trace", "make_env", "probe_task",
+           "registered_env_ids"]

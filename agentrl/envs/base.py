@@ -54,26 +54,56 @@ def clip(text: str, limit: int = ECHO_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def parse_reset_options(options: dict[str, Any], splits, families, extra_keys=(),
-                        default_split: str = "train") -> tuple[str, list[str]]:
-    """Check the common reset options; return (split, families).
+def truncate(text: str, limit: int) -> str:
+    """Keep the head and tail of ``text``, marker included within ``limit`` characters (tool
+    output: the end of a traceback matters as much as its start)."""
+    if len(text) <= limit:
+        return text
+    room = limit - len("\n[...  characters truncated ...]\n") - len(str(len(text)))
+    if room < 2:
+        return text[:limit]
+    head, tail = room - room // 2, room // 2
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters truncated ...]\n{text[len(text) - tail:]}"
 
-    ``options`` may hold ``split`` (one of ``splits``), ``families`` (a name or a non-empty
-    subset of ``families``; default all) and env-specific ``extra_keys``. Anything else is a
-    ValueError naming the valid choices.
+
+def parse_reset_options(options: dict[str, Any] | None, splits, families, extra_keys=(),
+                        default_split: str = "train", split_aliases: dict[str, str] | None = None,
+                        family_aliases: dict[str, str] | None = None) -> tuple[str, list[str]]:
+    """Check the common reset options of every env; return (split, families).
+
+    ``options`` may hold ``split`` (one of ``splits``, or a key of ``split_aliases``),
+    ``families`` (a name or a non-empty list of names of ``families``, or keys of
+    ``family_aliases``; default all) and the env-specific ``extra_keys`` (checked by the env).
+    Anything else is a one-line ValueError in one wording for every env:
+    ``unknown <what> <value>; valid: <choices>``.
     """
+    options = options or {}
     allowed = ("split", "families", *extra_keys)
-    bad = sorted(set(options) - set(allowed))
+    bad = sorted(set(options) - set(allowed), key=str)
     if bad:
-        raise ValueError(f"unknown reset option(s) {bad}; valid options: {list(allowed)}")
+        raise ValueError(f"unknown reset option(s) {bad}; valid: {', '.join(allowed)}")
+    split_aliases, family_aliases = split_aliases or {}, family_aliases or {}
     split = options.get("split", default_split)
-    if split not in splits:
-        raise ValueError(f"split must be one of {list(splits)}, got {split!r}")
+    if not isinstance(split, str) or split_aliases.get(split, split) not in splits:
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join([*splits, *split_aliases])}")
     fams = options.get("families")
-    fams = list(families) if fams is None else [fams] if isinstance(fams, str) else list(fams)
-    if not fams or any(f not in families for f in fams):
-        raise ValueError(f"families must be a non-empty subset of {list(families)}, got {fams!r}")
-    return split, fams
+    valid_fams = ", ".join(families)
+    if fams is None:
+        return split_aliases.get(split, split), list(families)
+    if isinstance(fams, str):
+        fams = [fams]
+    elif not isinstance(fams, (list, tuple)):
+        raise ValueError(f"families must be a name or a list of names, got {clip(repr(fams))}; "
+                         f"valid: {valid_fams}")
+    if not fams:
+        raise ValueError(f"families must not be empty; valid: {valid_fams}")
+    out = []
+    for f in fams:
+        name = family_aliases.get(f, f) if isinstance(f, str) else None  # a list is unhashable
+        if name is None or name not in families:
+            raise ValueError(f"unknown task family {clip(repr(f))}; valid: {valid_fams}")
+        out.append(name)
+    return split_aliases.get(split, split), out
 
 
 class TextEnv(gym.Env):

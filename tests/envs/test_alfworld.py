@@ -267,11 +267,14 @@ def test_prompt_holds_task_and_admissible_actions(env):
 
 
 def test_bad_options(env):
-    with pytest.raises(ValueError, match="valid: train, valid_seen, valid_unseen"):
+    # one wording for every env (agentrl.envs.base.parse_reset_options)
+    with pytest.raises(ValueError, match="^unknown split 'test'; valid: train, valid_seen, valid_unseen, valid"):
         env.reset(seed=0, options={"split": "test"})
-    with pytest.raises(ValueError, match="valid: pick, look, clean, heat, cool, pick2"):
+    with pytest.raises(ValueError, match="^unknown task family 'sweep'; valid: pick, look, clean, heat, cool, pick2$"):
         env.reset(seed=0, options={"families": ["sweep"]})
-    with pytest.raises(ValueError, match="unknown reset option"):
+    with pytest.raises(ValueError, match="^families must not be empty; valid: pick, look"):
+        env.reset(seed=0, options={"families": []})
+    with pytest.raises(ValueError, match=r"^unknown reset option\(s\) \['level'\]; valid: split, families, game_file$"):
         env.reset(seed=0, options={"level": 3})
     with pytest.raises(ValueError, match="valid: planner, handcoded"):
         ALFWorldEnv(data_dir=env.root, expert_type="oracle")
@@ -303,3 +306,48 @@ def test_handcoded_expert_runs(game_root):
     r, n, info, _ = play_expert(e, 0, {"split": "train", "families": ["look"]}, limit=50)
     assert info["won"] and r == 1.0
     e.close()
+
+
+def test_reused_env_plays_like_a_fresh_one(env, game_root):
+    # envs persist across episodes (reset, not rebuilt): after other episodes, one left half
+    # played on another game, the module's env replays a game as a new instance does
+    from agentrl.envs import expert_trace
+    from agentrl.envs.alfworld.engine import pddl_env
+
+    expert_trace(env, 0, {"split": "train", "families": ["clean"]}, max_steps=3)
+    options = {"split": "train", "families": ["look"]}
+    reused = expert_trace(env, 0, options)
+    fresh = ALFWorldEnv(data_dir=game_root)
+    try:
+        assert expert_trace(fresh, 0, options) == reused
+        assert reused[-1][1] == 1.0 and reused[-1][4]["won"]
+        # the game's parsed logic is shared by every env of the process (GameCache)
+        assert pddl_env(fresh._tw)._logic is pddl_env(env._tw)._logic
+    finally:
+        fresh.close()
+
+
+def test_game_cache_changes_nothing(game_root, monkeypatch):
+    # the shared parses (GameCache) are pure memoization: a game plays the same without them,
+    # and leaving the context restores the library's own functions
+    import fast_downward
+    from textworld.envs.pddl import logic
+    from textworld.logic import Rule
+
+    from agentrl.envs import expert_trace
+    from agentrl.envs.alfworld import engine
+
+    originals = (fast_downward.pddl2sas, logic.GameLogic, Rule.__dict__["parse_conjunctive_query"])
+    options = {"split": "valid_seen", "families": ["heat"]}
+    cached_env = ALFWorldEnv(data_dir=game_root)
+    cached = expert_trace(cached_env, 0, options)
+    cached_env.close()
+    assert (fast_downward.pddl2sas, logic.GameLogic, Rule.__dict__["parse_conjunctive_query"]) == originals
+    monkeypatch.setattr(engine.GameCache, "__enter__", lambda self: self)
+    monkeypatch.setattr(engine.GameCache, "__exit__", lambda self, *exc: False)
+    plain_env = ALFWorldEnv(data_dir=game_root)
+    try:
+        assert expert_trace(plain_env, 0, options) == cached
+    finally:
+        plain_env.close()
+    assert cached[-1][1] == 1.0 and len(cached) > 4

@@ -12,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentrl.envs  # noqa: F401  (registers agentrl/*)
 from agentrl.actions import format_action
+from agentrl.envs import expert_trace
 from agentrl.envs.base import MALFORMED_MESSAGE
 from agentrl.envs.textcraft import FAMILIES, TextCraftEnv, goal_pool, recipes
 
@@ -40,7 +41,7 @@ def play_expert(env, seed, options=None, limit=30):
 
 
 def test_depth_strata_and_split_sizes():
-    # FINDINGS.md (measured on the package independently): 291 depth-2, 117 depth-3, 11 depth-4
+    # measured on the package independently: 291 depth-2, 117 depth-3, 11 depth-4
     # goals; valid = ceil(0.2 n) per depth -> 59, 24, 3. Two depth-3 goals (netherite block,
     # anvil) need > 30 steps and are dropped from train.
     R = recipes()
@@ -149,10 +150,10 @@ def test_reset_options(env):
 
 
 @pytest.mark.parametrize("options, match", [
-    ({"split": "test"}, "split must be one of"),
-    ({"families": ["depth5"]}, "families must be a non-empty subset"),
-    ({"families": []}, "families must be a non-empty subset"),
-    ({"goal": "torch"}, "unknown reset option"),
+    ({"split": "test"}, "^unknown split 'test'; valid: train, valid$"),
+    ({"families": ["depth5"]}, "^unknown task family 'depth5'; valid: depth2, depth3, depth4$"),
+    ({"families": []}, "^families must not be empty; valid: depth2, depth3, depth4$"),
+    ({"goal": "torch"}, r"^unknown reset option\(s\) \['goal'\]; valid: split, families$"),
 ])
 def test_bad_options_raise(env, options, match):
     with pytest.raises(ValueError, match=match):
@@ -244,3 +245,17 @@ def test_long_commands_are_not_echoed_whole():
         assert len(info["action"]) == 4096 and info["action"].endswith("...")
         assert len(info["action_sig"]) <= 4096
         assert len(e.prompt(obs, info, [(obs0, resp)], 1)) < 1500
+
+
+def test_reused_env_plays_like_a_fresh_one(env):
+    # envs persist across episodes (reset, not rebuilt): after other episodes, one left half
+    # played, the module's env replays a goal exactly as a new instance does
+    options = {"split": "train", "families": ["depth3"]}
+    expert_trace(env, 1, options, max_steps=3)  # inventory left non-empty
+    reused = expert_trace(env, 2, options)
+    fresh = TextCraftEnv()
+    assert expert_trace(fresh, 2, options) == reused
+    assert reused[-1][1] == 1.0 and reused[-1][4]["won"] and len(reused) > 3
+    # one recipe graph per process, an inventory per env
+    assert fresh._engine.crafting_tree is env._engine.crafting_tree is recipes().tree
+    assert fresh._engine.inventory is not env._engine.inventory

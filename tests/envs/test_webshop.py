@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentrl.envs  # noqa: F401  (registers agentrl/*)
 from agentrl.actions import format_action
+from agentrl.envs import expert_trace
 from agentrl.envs.base import MALFORMED_MESSAGE
 from agentrl.envs.webshop import WebShopEnv
 from agentrl.envs.webshop.catalog import Goal, Product, get_catalog, reward, type_reward
@@ -160,10 +161,10 @@ def test_reset_options(env):
 
 
 @pytest.mark.parametrize("options, match", [
-    ({"split": "test"}, "split must be one of"),
-    ({"families": ["toys"]}, "families must be a non-empty subset"),
-    ({"families": []}, "families must be a non-empty subset"),
-    ({"goal": 1}, "unknown reset option"),
+    ({"split": "test"}, "^unknown split 'test'; valid: train, valid$"),
+    ({"families": ["toys"]}, "^unknown task family 'toys'; valid: "),
+    ({"families": []}, "^families must not be empty; valid: "),
+    ({"goal": 1}, r"^unknown reset option\(s\) \['goal'\]; valid: split, families$"),
 ])
 def test_bad_options_raise(env, options, match):
     with pytest.raises(ValueError, match=match):
@@ -274,3 +275,16 @@ def test_type_reward_of_titles_without_ascii_words(tmp_path):
     split = "valid" if get_catalog(str(tmp_path)).split["valid"] else "train"
     r, _, info = run_oracle(WebShopEnv(data_dir=str(tmp_path)), 0, {"split": split})
     assert r == 1.0 and info["won"]
+
+
+def test_reused_env_plays_like_a_fresh_one(env):
+    # envs persist across episodes (reset, not rebuilt): after other episodes, one left on an
+    # item page with options chosen, the module's env replays a goal as a new instance does
+    options = {"split": "valid", "families": ["fashion"]}
+    expert_trace(env, 4, options, max_steps=4)
+    reused = expert_trace(env, 7, options)
+    fresh = WebShopEnv()
+    assert expert_trace(fresh, 7, options) == reused
+    assert reused[-1][1] == 1.0 and reused[-1][4]["won"]
+    # one catalog and search index per process, whatever the spelling of the same files
+    assert WebShopEnv().catalog is fresh.catalog is get_catalog() is get_catalog(None, False, 0)

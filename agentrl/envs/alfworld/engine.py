@@ -1,58 +1,119 @@
-"""The alfworld/TextWorld engine as ALFWorld assembles it, plus two speed-ups.
+"""The alfworld/TextWorld engine as ALFWorld assembles it, plus what every env of a process shares.
 
 * :func:`make_tw_env`: TextWorld ``PddlEnv`` -> ``AlfredDemangler`` -> ``AlfredInfos``
   [-> ``AlfredExpert(expert_type="handcoded")``], as ``AlfredTWEnv``/``alfworld-generate`` do.
-* :class:`TranslationCache`: ``PddlEnv.load`` and every ``PddlEnv.reset`` build a new
-  ``PddlState``, which runs Fast Downward's Python translator twice on the same problem text
-  (~85% of a reset). Inside this context the translation is memoized per problem text.
-  ``PddlState`` only reads the translated task and loads the SAS text into its own copy of
-  libdownward, so sharing the translation is safe (tests replay games with and without it).
+* :class:`GameCache`: read-only game data parsed once per process and shared by every env.
+  ``PddlEnv.load`` parses the game's grammar into a ``GameLogic`` (TatSu, ~0.5-1.5 s: most of
+  a load), and ``PddlEnv.load`` and every ``PddlEnv.reset`` build a new ``PddlState``, which
+  runs Fast Downward's Python translator twice on the same problem text (~85% of a reset).
+  Inside this context both are memoized by content. ``PddlState`` only reads the translated
+  task (it loads the SAS text into the env's own copy of libdownward) and only reads the
+  ``GameLogic`` (it adds the task's types, the same ones each time; duplicates are refused and
+  ignored), so sharing them is safe: tests play a game on a reused env and on a fresh one and
+  compare every observation. Every reset and step also derives the observation and the
+  admissible commands from the grammar, which parses the same condition texts again each time
+  (``Rule.parse_conjunctive_query``, ~25% of a reset or step's CPU): they are memoized too (the
+  parsed rule is only read, by ``State.all_assignments``).
+* :func:`game_data`: a game file's JSON (walkthrough), read once per process.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import OrderedDict
+from collections.abc import Callable
 
 _SAS_CACHE: OrderedDict = OrderedDict()
-SAS_CACHE_SIZE = 16
+SAS_CACHE_SIZE = 32
 """Translations kept (LRU): 2 per game, ~4 MB each for a kitchen game."""
+_LOGIC_CACHE: OrderedDict = OrderedDict()
+LOGIC_CACHE_SIZE = 32
+"""Parsed game logics kept (LRU): one per game (its grammar holds the task)."""
+_RULE_CACHE: OrderedDict = OrderedDict()
+RULE_CACHE_SIZE = 4096
+"""Parsed grammar conditions kept (LRU): a few hundred distinct texts in ALFWorld's grammar."""
+_DATA_CACHE: OrderedDict = OrderedDict()
+DATA_CACHE_SIZE = 256
+"""Game files' JSON kept (LRU), ~50 KB each."""
 
 INSTALL_HINT = ("the alfworld extra is missing: pip install alfworld==0.4.2 textworld==1.7.0 "
                 "(or pip install -e '.[alfworld]')")
 
 
+def _memo(cache: OrderedDict, size: int, key, make: Callable[[], object]):
+    """``cache[key]``, made by ``make()`` on a miss; least recently used entries beyond ``size``
+    are dropped."""
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = make()
+        while len(cache) > size:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return hit
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
 def _cached_pddl2sas(original):
     def pddl2sas(domain, problem, verbose=False, optimize=False):
-        key = (hashlib.sha1(domain.encode()).hexdigest(), hashlib.sha1(problem.encode()).hexdigest(),
-               bool(optimize))
-        hit = _SAS_CACHE.get(key)
-        if hit is None:
-            hit = original(domain, problem, verbose=verbose, optimize=optimize)
-            _SAS_CACHE[key] = hit
-            while len(_SAS_CACHE) > SAS_CACHE_SIZE:
-                _SAS_CACHE.popitem(last=False)
-        else:
-            _SAS_CACHE.move_to_end(key)
-        return hit
+        return _memo(_SAS_CACHE, SAS_CACHE_SIZE, (_sha(domain), _sha(problem), bool(optimize)),
+                     lambda: original(domain, problem, verbose=verbose, optimize=optimize))
 
     return pddl2sas
 
 
-class TranslationCache:
-    """``with TranslationCache(): env.load(...); env.reset()`` -- memoized PDDL translation."""
+def _cached_game_logic(original):
+    def game_logic(domain, grammar):
+        return _memo(_LOGIC_CACHE, LOGIC_CACHE_SIZE, (_sha(domain), _sha(grammar)),
+                     lambda: original(domain=domain, grammar=grammar))
+
+    return game_logic
+
+
+def _cached_query(original):
+    def parse_conjunctive_query(cls, expr):
+        return _memo(_RULE_CACHE, RULE_CACHE_SIZE, expr, lambda: original(cls, expr))
+
+    return classmethod(parse_conjunctive_query)
+
+
+class GameCache:
+    """``with GameCache(): env.load(...); env.reset()`` (or ``env.step(...)``) -- memoized game
+    logic, PDDL translation and grammar conditions.
+
+    It swaps library functions for the duration of the block: one env per thread at a time
+    (env workers are processes; each has its own caches)."""
 
     def __enter__(self):
         import fast_downward
+        from textworld.envs.pddl import logic
+        from textworld.logic import Rule
 
-        self._mod = fast_downward
-        self._orig = fast_downward.pddl2sas
-        fast_downward.pddl2sas = _cached_pddl2sas(self._orig)
+        self._saved = [(fast_downward, "pddl2sas", fast_downward.pddl2sas),
+                       (logic, "GameLogic", logic.GameLogic),
+                       (Rule, "parse_conjunctive_query", Rule.__dict__["parse_conjunctive_query"])]
+        fast_downward.pddl2sas = _cached_pddl2sas(fast_downward.pddl2sas)
+        logic.GameLogic = _cached_game_logic(logic.GameLogic)
+        Rule.parse_conjunctive_query = _cached_query(Rule.parse_conjunctive_query.__func__)
         return self
 
     def __exit__(self, *exc):
-        self._mod.pddl2sas = self._orig
+        for module, name, original in self._saved:
+            setattr(module, name, original)
         return False
+
+
+def game_data(game_file: str) -> dict:
+    """The JSON of a ``game.tw-pddl`` file, read once per process (callers must not modify it)."""
+    def read():
+        with open(game_file) as f:
+            return json.load(f)
+
+    return _memo(_DATA_CACHE, DATA_CACHE_SIZE, game_file, read)
 
 
 def make_tw_env(expert_type: str | None = None):

@@ -30,8 +30,14 @@ import os
 import random
 import re
 
-from agentrl.envs.alfworld.engine import TranslationCache, dynamic_facts, make_tw_env, pddl_env
-from agentrl.envs.alfworld.games import canonical_families, canonical_split, list_games, resolve_game_root
+from agentrl.envs.alfworld.engine import GameCache, dynamic_facts, game_data, make_tw_env, pddl_env
+from agentrl.envs.alfworld.games import (
+    canonical_families,
+    canonical_split,
+    list_games,
+    parse_options,
+    resolve_game_root,
+)
 from agentrl.envs.base import TextEnv
 
 NOTHING_HAPPENS = "Nothing happens."
@@ -119,29 +125,29 @@ class ALFWorldEnv(TextEnv):
         return [g for g in list_games(self.root, canonical_split(split)) if g[1] in fams]
 
     # --- TextEnv hooks ----------------------------------------------------------------------
-    def _reset_task(self, seed, options):
-        unknown = set(options) - {"split", "families", "game_file"}
-        if unknown:
-            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; valid: split, families, game_file")
-        split = canonical_split(options.get("split", "train"))
+    def _pick_game(self, seed: int | None, options) -> tuple[str, str, str | None]:
+        """(split, game file, family or None) of the reset: ``game_file``, else game
+        ``seed % n`` of the split's sorted list (after the family filter)."""
+        split, fams = parse_options(options)
         if options.get("game_file"):
-            game_file, family = os.path.abspath(str(options["game_file"])), None
-        else:
-            games = self.games(split, options.get("families"))
-            if not games:
-                raise ValueError(f"no ALFWorld games for split={split!r}, "
-                                 f"families={options.get('families')} under {self.root}")
-            idx = seed % len(games) if seed is not None else int(self.np_random.integers(len(games)))
-            game_file, family = games[idx]
+            return split, os.path.abspath(str(options["game_file"])), None
+        games = [g for g in list_games(self.root, split) if g[1] in fams]
+        if not games:
+            raise ValueError(f"no ALFWorld games for split={split!r}, "
+                             f"families={options.get('families')} under {self.root}")
+        idx = seed % len(games) if seed is not None else int(self.np_random.integers(len(games)))
+        return (split, *games[idx])
+
+    def _reset_task(self, seed, options):
+        split, game_file, family = self._pick_game(seed, options)
         if self.expert_type == "handcoded":
             # AlfredExpert's handcoded agent breaks ties with the global `random`
             random.seed(hashlib.sha1(f"{game_file}|{seed}".encode()).hexdigest())
-        with TranslationCache():
+        with GameCache():
             if game_file != self._game_file:
                 self._tw.load(game_file)
                 self._game_file = game_file
-                with open(game_file) as f:
-                    self._game_data = json.load(f)
+                self._game_data = game_data(game_file)
             state = self._tw.reset()
         if family is None:
             from agentrl.envs.alfworld.families import TASK_TYPE_TO_FAMILY
@@ -166,7 +172,8 @@ class ALFWorldEnv(TextEnv):
             return NOTHING_HAPPENS, 0.0, False, False, {}
         self._last_valid = True
         before = dynamic_facts(self._state["_facts"])
-        state, _, _ = self._tw.step(cmd)
+        with GameCache():
+            state, _, _ = self._tw.step(cmd)
         self._state = state
         if self._plan and cmd == self._plan[0]:
             self._plan = self._plan[1:]

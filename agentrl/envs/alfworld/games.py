@@ -19,6 +19,7 @@ import sys
 from functools import lru_cache
 
 from agentrl.envs.alfworld.families import FAMILIES, GENERATOR_VERSION, SPLITS, TASK_TYPE_TO_FAMILY
+from agentrl.envs.base import parse_reset_options
 
 SPLIT_ALIASES = {"valid": "valid_seen", "eval_in_distribution": "valid_seen",
                  "eval_out_of_distribution": "valid_unseen"}
@@ -28,29 +29,20 @@ DEFAULT_VALID_PER_FAMILY = 2
 DEFAULT_SEED = 0
 
 
+def parse_options(options: dict | None, extra_keys=("game_file",)) -> tuple[str, list[str]]:
+    """ALFWorld's reset options -> (canonical split, short family names): the split aliases
+    (``valid`` = ``valid_seen``, ...) and ALFWorld's task-type names are accepted."""
+    return parse_reset_options(options, SPLITS, FAMILIES, extra_keys=extra_keys,
+                               split_aliases=SPLIT_ALIASES, family_aliases=TASK_TYPE_TO_FAMILY)
+
+
 def canonical_split(split: str) -> str:
-    s = SPLIT_ALIASES.get(split, split)
-    if s not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS + tuple(SPLIT_ALIASES))}")
-    return s
+    return parse_options({"split": split})[0]
 
 
 def canonical_families(families) -> list[str]:
     """Short family names (pick, look, clean, heat, cool, pick2); ALFWorld task types accepted."""
-    if families is None:
-        return list(FAMILIES)
-    if isinstance(families, str):
-        families = [families]
-    out = []
-    for f in families:
-        fam = TASK_TYPE_TO_FAMILY.get(f, f)
-        if fam not in FAMILIES:
-            raise ValueError(f"unknown task family {f!r}; valid: {', '.join(FAMILIES)} "
-                             f"(or {', '.join(FAMILIES.values())})")
-        out.append(fam)
-    if not out:
-        raise ValueError(f"families is empty; valid: {', '.join(FAMILIES)}")
-    return out
+    return parse_options({"families": families})[1]
 
 
 def cache_base() -> str:

@@ -7,7 +7,7 @@ runtime (a pytest-compatible runner) read-only at ``/opt/swe``. Limits: address 
 time, processes, file size (``prlimit``, inherited by bwrap and everything inside) and wall
 time (the whole namespace is killed).
 
-FINDINGS.md: root is exempt from RLIMIT_NPROC, so when we are root the jail runs as an
+Root is exempt from RLIMIT_NPROC, so when we are root the jail runs as an
 unprivileged uid of its own (one per Sandbox, so that envs do not share a process budget);
 ``/root`` is mode 700, so the jail uses the world-readable ``/usr/bin/python3``. Inside the jail's
 user namespace that host uid is always mapped to ``JAIL_ID`` (1000), so what a command sees

@@ -1,4 +1,4 @@
-"""RTMC state and action signatures for the SWE env (rtmc.md Sec. 4, Tables 1-2).
+"""RTMC state and action signatures for the SWE env (RTMC, Rollout-Tree Monte Carlo: Sec. 4, Tables 1-2).
 
 Action signature: ``category:scope@target[:result]`` with the categories of Table 1 (view,
 search, modify, create, execute, test, install, fileop, think, finish), e.g.

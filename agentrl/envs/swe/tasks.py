@@ -1,6 +1,6 @@
 """The SWE env's task repositories: tiny Python projects with a planted bug and a test suite.
 
-Layout, one folder per task under ``envs/swe/tasks/<task id>/``::
+Layout, one folder per task under ``agentrl/envs/swe/tasks/<task id>/``::
 
     task.json        {"family", "split", "issue", "tests": [...], "num_tests", "patch": [...]}
     repo/...         the buggy repository; every file carries an extra ``.txt`` suffix so that

@@ -313,12 +313,19 @@ def load_catalog(data_dir: str | Path, human_goals: bool = False, seed: int = 0)
     return Catalog(products, goals, str(d))
 
 
-@lru_cache(maxsize=4)
 def get_catalog(data_dir: str | None = None, human_goals: bool = False, seed: int = 0) -> Catalog:
-    """The catalog of ``data_dir`` (else ``$WEBSHOP_DATA``, else the generated one), cached."""
+    """The catalog of ``data_dir`` (else ``$WEBSHOP_DATA``, else the generated one), loaded once
+    per process and shared, with its search index, by every env that asks for the same files
+    (read-only: envs keep their page state to themselves)."""
     data_dir = data_dir or os.environ.get("WEBSHOP_DATA") or None
     if data_dir is None:
         data_dir = str(ensure_generated(seed))
+    return _load_shared(os.path.realpath(data_dir), bool(human_goals), int(seed))
+
+
+@lru_cache(maxsize=4)
+def _load_shared(data_dir: str, human_goals: bool, seed: int) -> Catalog:
+    # keyed by the resolved directory: get_catalog() and get_catalog(None, False, 0) share one
     return load_catalog(data_dir, human_goals=human_goals, seed=seed)
 
 

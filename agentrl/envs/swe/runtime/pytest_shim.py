@@ -249,36 +249,61 @@ def graded_main(args=None):
 
 def main(args=None, *, _nonce=None):
     """Run the tests; returns the exit code."""
-    args = list(sys.argv[1:] if args is None else args)
+    opts = _parse_args(list(sys.argv[1:] if args is None else args))
     nonce = _nonce
-    verbose, quiet, exitfirst, kexpr, paths = False, False, False, None, []
-    it = iter(args)
-    for a in it:
-        if a in ("-v", "--verbose"):
-            verbose = True
-        elif a in ("-q", "--quiet"):
-            quiet = True
-        elif a in ("-x", "--exitfirst"):
-            exitfirst = True
-        elif a == "-k":
-            kexpr = next(it, None)
-        elif a.startswith("-k") and len(a) > 2:
-            kexpr = a[2:]
-        elif a.startswith("-"):
-            continue
-        else:
-            paths.append(a)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    selected = []  # (file, node filter or None)
-    errors = []
-    for p in paths or ["."]:
-        file_part, _, node = p.partition("::")
+    for p in opts["paths"] or ["."]:
+        file_part = p.partition("::")[0]
         if not os.path.exists(file_part):
             print(f"ERROR: file or directory not found: {file_part}")
             return 4
+    tests, errors = _collect_tests(opts["paths"] or ["."], opts["k"])
+    if errors:
+        print("=" * 30 + " ERRORS " + "=" * 30)
+        for rel, e in errors:
+            print(f"ERROR collecting {rel}")
+            print(_format_failure(e))
+        print(f"Interrupted: {len(errors)} error(s) during collection")
+        _result(nonce, 0, 0, len(errors))
+        return 2
+    if not tests:
+        print("no tests ran")
+        _result(nonce, 0, 0, 0)
+        return 5
+    passed, failed, skipped, failures = _run_tests(tests, opts)
+    _summary(passed, failed, skipped, failures)
+    _result(nonce, passed, failed, 0)
+    return 1 if failed else 0
+
+
+def _parse_args(args):
+    """The options we honour (-v, -q, -x, -k EXPR) and the paths; other flags are ignored."""
+    opts = {"verbose": False, "quiet": False, "exitfirst": False, "k": None, "paths": []}
+    it = iter(args)
+    for a in it:
+        if a in ("-v", "--verbose"):
+            opts["verbose"] = True
+        elif a in ("-q", "--quiet"):
+            opts["quiet"] = True
+        elif a in ("-x", "--exitfirst"):
+            opts["exitfirst"] = True
+        elif a == "-k":
+            opts["k"] = next(it, None)
+        elif a.startswith("-k") and len(a) > 2:
+            opts["k"] = a[2:]
+        elif not a.startswith("-"):
+            opts["paths"].append(a)
+    return opts
+
+
+def _collect_tests(paths, kexpr):
+    """([(file, test id, class, function, kwargs)], [(file, collection error)])."""
+    selected = []  # (file, node filter or None)
+    for p in paths:
+        file_part, _, node = p.partition("::")
         selected += [(f, node or None) for f in _find_files(file_part)]
-    tests = []
+    tests, errors = [], []
     for f, node in selected:
         rel = os.path.relpath(f)
         try:
@@ -292,18 +317,11 @@ def main(args=None, *, _nonce=None):
             if kexpr and kexpr not in tid:
                 continue
             tests.append((rel, tid, cls, obj, kw))
-    if errors:
-        print("=" * 30 + " ERRORS " + "=" * 30)
-        for rel, e in errors:
-            print(f"ERROR collecting {rel}")
-            print(_format_failure(e))
-        print(f"Interrupted: {len(errors)} error(s) during collection")
-        _result(nonce, 0, 0, len(errors))
-        return 2
-    if not tests:
-        print("no tests ran")
-        _result(nonce, 0, 0, 0)
-        return 5
+    return tests, errors
+
+
+def _run_tests(tests, opts):
+    """Run ``tests`` in order, printing progress as pytest does; (passed, failed, skipped, failures)."""
     passed, failed, skipped, failures = 0, 0, 0, []
     current = None
     for rel, tid, cls, obj, kw in tests:
@@ -319,17 +337,21 @@ def main(args=None, *, _nonce=None):
             outcome = "F"
             failed += 1
             failures.append((rel, tid, e))
-        if verbose:
+        if opts["verbose"]:
             print(f"{rel}::{tid} {dict(zip('.sF', ('PASSED', 'SKIPPED', 'FAILED'), strict=True))[outcome]}")
         else:
-            if rel != current and not quiet:
+            if rel != current and not opts["quiet"]:
                 print(("\n" if current else "") + rel + " ", end="")
             current = rel
             print(outcome, end="")
-        if outcome == "F" and exitfirst:
+        if outcome == "F" and opts["exitfirst"]:
             break
-    if not verbose:
+    if not opts["verbose"]:
         print()
+    return passed, failed, skipped, failures
+
+
+def _summary(passed, failed, skipped, failures):
     if failures:
         print("=" * 30 + " FAILURES " + "=" * 30)
         for _rel, tid, e in failures:
@@ -344,8 +366,6 @@ def main(args=None, *, _nonce=None):
     if skipped:
         parts.append(f"{skipped} skipped")
     print(", ".join(parts))
-    _result(nonce, passed, failed, 0)
-    return 1 if failed else 0
 
 
 def _result(nonce, passed, failed, errors):
