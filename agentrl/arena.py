@@ -113,6 +113,8 @@ def train_argv(r: RunSpec) -> list[str]:
             "--credit_kwargs", json.dumps(dict(r.contender.kwargs)), "--report_to", "none"]
     if any((run_dir / "train").glob("checkpoint-*")):
         argv += ["--resume_from_checkpoint", "true"]
+    elif (run_dir / "train").exists():  # killed before its first checkpoint: nothing to resume
+        argv += ["--overwrite_output_dir", "true"]
     return argv + list(r.extra)
 
 
