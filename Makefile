@@ -16,12 +16,13 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo demo-quick test test-fast lint bench clean help check-recipes \
+.PHONY: setup demo demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
 	repro-bipace repro-salt repro-rtmc repro-bipace-cpu repro-salt-cpu repro-rtmc-cpu
 
 help:
 	@echo "make demo   - set up, then SFT warm start + RL + held-out eval on CPU (runs/demo)"
 	@echo "make test   - set up, then run the whole test suite"
+	@echo "make arena  - credit modules raced on the demo task from one warm start, 3 seeds (runs/arena, ~90 min)"
 	@echo "make setup  - venv + CPU torch + agentrl[$(EXTRAS)] + system packages (idempotent)"
 	@echo "make lint   - ruff"
 	@echo "make bench  - credit-module (100k records, one core) and env latency benchmarks"
@@ -54,6 +55,23 @@ demo: setup
 
 demo-quick: setup
 	$(BIN)/python -m agentrl.demo --out runs/demo-quick --quick
+
+# The arena (agentrl/arena.py) on the demo task: every estimator from the demo's seed-0 warm start.
+ARENA_ESTIMATORS ?= grpo,rloo,gigpo,hgpo,bigpo:embedder=hash_ngram,bipace_q,rtmc,salt
+ARENA_SEEDS ?= 0,1,2
+ARENA_STEPS ?= 40
+ARENA_WORKERS ?= 2
+arena: setup
+	$(BIN)/python -m agentrl.demo --warm-only --out runs/arena/warm
+	$(BIN)/python -m agentrl arena recipes/demo_tiny.yaml --warm-start runs/arena/warm/sft \
+	  --estimators $(ARENA_ESTIMATORS) --seeds $(ARENA_SEEDS) --steps $(ARENA_STEPS) --eval-every 10 \
+	  --eval-episodes 59 --baseline grpo --workers $(ARENA_WORKERS) --out runs/arena
+
+arena-quick: setup
+	$(BIN)/python -m agentrl.demo --warm-only --quick --out runs/arena-quick/warm
+	$(BIN)/python -m agentrl arena recipes/demo_tiny.yaml --warm-start runs/arena-quick/warm/sft \
+	  --estimators grpo,gigpo --seeds 0 --steps 2 --eval-every 1 --eval-episodes 8 --workers 2 \
+	  --out runs/arena-quick
 
 test: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
