@@ -15,12 +15,19 @@ from agentrl.rollout.episodes import (
     turn_message,
     user_prompt,
 )
-from agentrl.rollout.generation import (
-    FingerprintCapture,
-    decoder_layers,
-    hf_generate_fn,
-    truncated_forward_fingerprints,
-)
+
+# generation imports torch: loaded on first use, so that env worker processes (which import
+# agentrl.rollout.env_pool) stay torch-free and single-threaded
+_GENERATION = ("FingerprintCapture", "decoder_layers", "hf_generate_fn", "truncated_forward_fingerprints")
+
+
+def __getattr__(name: str):
+    if name in _GENERATION:
+        from agentrl.rollout import generation
+
+        return getattr(generation, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CONTEXT_MODES",
