@@ -300,6 +300,13 @@ class WorkerEnvs:
     def turn_message(self, i: int, obs: str, info: dict, t: int) -> str:
         return self._one("turn", (i, obs, info, t))
 
+    def user_prompt_many(self, items: list[tuple[int, str, dict, list, int, int]]) -> list[str | Exception]:
+        """``user_prompt`` for many slots (``(i, obs, info, history, t, h)``) in one round trip
+        per worker instead of one per slot; a failed item holds the exception ``user_prompt``
+        would raise. Not in the env-batch interface: an optional fast path for the run loop."""
+        sent = [(i, obs, info, list(hist[-h:]) if h > 0 else [], t, h) for i, obs, info, hist, t, h in items]
+        return [self._value_or_exception(r) for r in self._run("prompt", sent, decode=False)]
+
     def max_episode_steps(self) -> int | None:
         return self._max_steps
 
@@ -353,8 +360,9 @@ class WorkerEnvs:
             raise EnvWorkerError(r.reason)
         return r
 
-    def _run(self, op: str, items: list) -> list:
-        """Send each worker its items at once; gather the answers in ``items`` order."""
+    def _run(self, op: str, items: list, decode: bool = True) -> list:
+        """Send each worker its items at once; gather the answers in ``items`` order (decoded,
+        or as the raw ``(kind, value)`` pairs)."""
         if not self._finalizer.alive:
             raise RuntimeError("WorkerEnvs is closed")
         results: list[Any] = [None] * len(items)
@@ -371,12 +379,19 @@ class WorkerEnvs:
             except OSError:
                 pass  # it died between requests: the gathering below finds out
         self._gather(queues, results)
-        return [self._decode(r) for r in results]
+        return [self._decode(r) for r in results] if decode else results
 
     def _gather(self, queues: dict[int, list[int]], results: list) -> None:
         """Collect answers as they come; a worker that dies or falls silent for ``timeout_s``
         fails what it still owes and is replaced."""
         pending = {w: list(reversed(p)) for w, p in queues.items() if p}
+        try:
+            self._gather_pending(pending, results)
+        finally:  # interrupted (Ctrl-C): a worker still owing answers would hand them to the next call
+            for w in pending:
+                self._replace(w, "env call interrupted")
+
+    def _gather_pending(self, pending: dict[int, list[int]], results: list) -> None:
         deadline = {w: time.monotonic() + self.timeout_s for w in pending}
         while pending:
             handles = [h for w in pending for h in (self._workers[w].conn, self._workers[w].proc.sentinel)]
@@ -415,6 +430,11 @@ class WorkerEnvs:
         self.replaced += 1
         for slot in range(w, self.n, len(self._workers)):
             self._lost[slot] = reason
+
+    @staticmethod
+    def _value_or_exception(r):
+        kind, value = r
+        return value if kind in ("ok", "exc") else EnvWorkerError(value)
 
     @staticmethod
     def _decode(r):

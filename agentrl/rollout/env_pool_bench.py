@@ -36,7 +36,9 @@ class _Timer:
 
 
 def rollout_once(envs, n: int, seed0: int, max_turns: int, generate=None, tokenizer=None) -> dict[str, Any]:
-    """One expert-driven rollout of ``n`` episodes; wall, env and generation seconds."""
+    """One expert-driven rollout of ``n`` episodes; wall, env and generation seconds. Prompts
+    go in one batch per turn where the env batch can (``WorkerEnvs.user_prompt_many``)."""
+    batched = hasattr(envs, "user_prompt_many")
     env_t, gen_t = _Timer(), _Timer()
     t0 = time.perf_counter()
     with env_t:
@@ -46,7 +48,8 @@ def rollout_once(envs, n: int, seed0: int, max_turns: int, generate=None, tokeni
     while state and turns < max_turns:
         live = sorted(state)
         with env_t:
-            prompts = [envs.user_prompt(s, state[s][0], state[s][1], state[s][2], turns, 2) for s in live]
+            asks = [(s, state[s][0], state[s][1], state[s][2], turns, 2) for s in live]
+            prompts = envs.user_prompt_many(asks) if batched else [envs.user_prompt(*a) for a in asks]
         with gen_t:
             if generate is not None:
                 from agentrl.rollout.episodes import chat_text, encode
@@ -94,7 +97,7 @@ def bench_rollout(env_id: str, episodes: int, workers: int, repeats: int, max_tu
     }
 
 
-def tiny_generate(max_new_tokens: int = 24):
+def tiny_generate(max_new_tokens: int = 16):
     """A tiny random model's batched ``generate`` (CPU, one thread) and its tokenizer."""
     import tempfile
 
@@ -105,7 +108,8 @@ def tiny_generate(max_new_tokens: int = 24):
     from agentrl.rollout.generation import hf_generate_fn
 
     torch.set_num_threads(1)
-    path = build_tiny_model(tempfile.mkdtemp(prefix="agentrl-bench-tiny-"))
+    path = build_tiny_model(tempfile.mkdtemp(prefix="agentrl-bench-tiny-"), hidden_size=32, num_heads=2,
+                            num_kv_heads=1)  # the trainer tests' size: CPU-cheap
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
     return hf_generate_fn(model, tok, max_new_tokens=max_new_tokens, do_sample=False), tok

@@ -148,6 +148,25 @@ def test_envs_are_reused_across_resets_and_resize_keeps_them(pools):
     assert pool.reset_many([(0, 9, {})])[0][0].endswith(out[0][0].split("pid")[1])  # no env made
 
 
+def test_an_interrupted_call_leaves_no_stale_answers(pools, monkeypatch):
+    import agentrl.rollout.env_pool as env_pool
+
+    pool = pools(CRASH_ID, {}, 2, workers=2)
+    pool.reset_many([(0, 0, {}), (1, 1, {})])
+
+    def interrupt(*a, **kw):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(env_pool, "wait", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            pool.step_many([(0, _count(1)), (1, _count(1))])
+    assert pool.replaced == 2  # both owed an answer: replaced, their slots lost until reset
+    assert pool.step_many([(0, _count(2))]) == [EnvFailure("env call interrupted")]
+    pool.reset_many([(0, 0, {}), (1, 1, {})])
+    assert [r[1] for r in pool.step_many([(0, _count(1)), (1, _count(1))])] == [1.0, 1.0]
+
+
 def test_bad_id_or_kwargs_is_one_line_value_error(pools):
     with pytest.raises(ValueError, match="agentrl/Nope-v0"):
         pools("agentrl/Nope-v0", {}, 2, workers=1)
@@ -166,6 +185,8 @@ def test_prompts_match_in_process_and_prompt_errors_are_raised(pools):
     assert pool.turn_message(0, obs, info, 1) == ref.turn_message(0, obs, info, 1)
     with pytest.raises(AttributeError):  # what the env's prompt raised, re-raised here
         pool.user_prompt(1, obs, None, hist, 1, 1)
+    many = pool.user_prompt_many([(0, obs, info, hist, 3, 2), (1, obs, None, hist, 1, 1)])
+    assert many[0] == ref.user_prompt(0, obs, info, hist, 3, 2) and isinstance(many[1], AttributeError)
     ref.close()
 
 
