@@ -167,6 +167,17 @@ def test_an_interrupted_call_leaves_no_stale_answers(pools, monkeypatch):
     assert [r[1] for r in pool.step_many([(0, _count(1)), (1, _count(1))])] == [1.0, 1.0]
 
 
+def test_workers_do_not_import_torch():
+    """The fork server preloads env_pool; with torch in it every worker would carry torch (and
+    its threads) for nothing: ``agentrl/rollout/__init__.py`` must keep generation lazy."""
+    import subprocess
+    import sys
+
+    code = "import sys, agentrl.rollout.env_pool, agentrl.envs; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_bad_id_or_kwargs_is_one_line_value_error(pools):
     with pytest.raises(ValueError, match="agentrl/Nope-v0"):
         pools("agentrl/Nope-v0", {}, 2, workers=1)
