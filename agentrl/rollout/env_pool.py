@@ -18,12 +18,15 @@ i mod W, so the members of a group land on different workers. Why processes:
   goes on) and its slots answer ``EnvFailure`` until they are reset again (their envs died with
   the worker).
 
-Processes start with the ``forkserver`` method: the trainer holds torch's OpenMP/CUDA threads,
-and a plain ``fork`` of a multi-threaded process can copy a lock held by another thread and
-deadlock the child (and CUDA does not survive a fork). ``spawn`` is as safe but re-imports
-Python, gymnasium and torch-free agentrl for every worker (~1 s, paid again at each
-replacement); the fork server is one clean single-threaded process, started once, that has
-imported this module, and forks each worker from it in milliseconds.
+Each worker is a fresh interpreter (``subprocess`` running ``_worker_main``), joined to the
+trainer by a socket pair. Not ``fork``: the trainer holds torch's OpenMP/CUDA threads, and a
+fork of a multi-threaded process can copy a lock held by another thread and deadlock the child
+(CUDA does not survive a fork either). Not multiprocessing's ``spawn``/``forkserver``: both
+re-run the parent's ``__main__`` in every child, so each worker would import whatever the
+training script imports (torch, TRL: seconds and hundreds of MB apiece) and a script without an
+``if __name__ == "__main__"`` guard would start training again in each worker. A worker starts
+in ~0.5-1 s (Python, gymnasium, the env module), all workers at once, once per run (and again
+for each replacement). It stays torch-free (``agentrl.rollout`` loads its torch half lazily).
 
 Protocol: a request is ``(op, items)``; the worker answers each item as soon as it is done, so
 the timeout is per env call (not per batch) and the answers a worker gave before it died are
@@ -38,15 +41,16 @@ ALFWorld make + reset takes under 1 s and a SWE test run is capped at 30 s by it
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import pickle
 import signal
+import socket
+import subprocess
 import sys
 import time
 import weakref
 from dataclasses import dataclass
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from agentrl.recipe_file import first_line
@@ -165,11 +169,13 @@ class SlotEnvs:
                 pass  # closing is best effort: the process is going away
 
 
-def _worker_main(conn, sys_path: list[str], payload: bytes) -> None:
-    """A worker's loop: answer requests until told to exit or the parent goes away."""
-    sys.path[:] = sys_path  # before unpickling: the env class may live in a test module
+def _worker_main(fd: int) -> None:
+    """A worker's loop: answer requests on socket ``fd`` until told to exit or the parent goes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it closes us)
     _die_with_parent()
+    conn = Connection(fd)
+    sys_path, payload = conn.recv()
+    sys.path[:] = sys_path  # before unpickling: the env class may live in a test module
     spec, env_kwargs = pickle.loads(payload)
     envs = SlotEnvs(spec, env_kwargs)
     try:
@@ -195,8 +201,8 @@ def _send(conn, answer: tuple[str, Any]) -> None:
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when its parent (the fork server) exits, so that a worker
-    stuck in an env call does not outlive a killed trainer."""
+    """Linux: SIGKILL this worker when its parent (the trainer) exits, so that a worker stuck in
+    an env call does not outlive a killed trainer."""
     try:
         import ctypes
 
@@ -205,46 +211,46 @@ def _die_with_parent() -> None:
         pass
 
 
-def _context():
-    ctx = mp.get_context("forkserver")
-    # only effective before the fork server starts; it then has gymnasium and this module loaded
-    ctx.set_forkserver_preload(["agentrl.rollout.env_pool", "agentrl.envs"])
-    return ctx
-
-
 class _Worker:
-    """One worker process and the parent's end of its pipe."""
+    """One worker process and the parent's end of its socket."""
 
-    def __init__(self, ctx, payload: bytes):
-        self.conn, child = ctx.Pipe(duplex=True)
-        # not a daemon: an env may start processes of its own (ALFWorld builds its game cache in a
-        # pool); WorkerEnvs' finalizer and PR_SET_PDEATHSIG stop the worker instead
-        self.proc = ctx.Process(target=_worker_main, args=(child, list(sys.path), payload),
-                                daemon=False, name="agentrl-env-worker")
-        self.proc.start()
+    def __init__(self, payload: bytes):
+        parent, child = socket.socketpair()
+        code = f"from agentrl.rollout.env_pool import _worker_main; _worker_main({child.fileno()})"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=[child.fileno()],
+                                     stdin=subprocess.DEVNULL, env=env)
         child.close()
+        self.conn = Connection(parent.detach())
+        self.conn.send((list(sys.path), payload))
+        self.eof = False
+        """The socket reached end of file: the process has exited or is exiting."""
 
     def death_reason(self) -> str | None:
         """Why the process is gone, or None while it runs."""
-        if self.proc.is_alive():
+        if self.eof:  # closed its end: gone or going (it may not be reapable yet)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                return "env worker closed its pipe"
+        code = self.proc.poll()
+        if code is None:
             return None
-        code = self.proc.exitcode
-        return f"env worker died (signal {-code})" if code is not None and code < 0 else (
-            f"env worker died (exit code {code})")
+        return f"env worker died (signal {-code})" if code < 0 else f"env worker died (exit code {code})"
 
     def kill(self) -> None:
-        if self.proc.is_alive():
+        if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.join(5)
+        self.proc.wait(5)
         self.conn.close()
 
     def stop(self) -> None:
         """Ask the worker to close its envs and exit; kill it if it does not within 10 s."""
         try:
             self.conn.send(("exit", []))
-        except OSError:
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
             pass
-        self.proc.join(10)
         self.kill()
 
 
@@ -268,8 +274,7 @@ class WorkerEnvs:
         spec = env_spec(env_id)
         self.env_id, self.env_kwargs, self.timeout_s = env_id, dict(env_kwargs or {}), float(timeout_s)
         self._payload = pickle.dumps((spec, self.env_kwargs))
-        self._ctx = _context()
-        self._workers = [_Worker(self._ctx, self._payload) for _ in range(workers)]
+        self._workers = [_Worker(self._payload) for _ in range(workers)]
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)
         self._lost: dict[int, str] = {}
         self._max_steps: int | None = spec.max_episode_steps
@@ -394,7 +399,7 @@ class WorkerEnvs:
     def _gather_pending(self, pending: dict[int, list[int]], results: list) -> None:
         deadline = {w: time.monotonic() + self.timeout_s for w in pending}
         while pending:
-            handles = [h for w in pending for h in (self._workers[w].conn, self._workers[w].proc.sentinel)]
+            handles = [self._workers[w].conn for w in pending]  # readable on an answer, or at EOF if it died
             wait(handles, timeout=max(0.0, min(deadline.values()) - time.monotonic()))
             for w in list(pending):
                 if self._drain(w, pending[w], results):
@@ -419,6 +424,7 @@ class WorkerEnvs:
                     break
                 results[owed.pop()] = conn.recv()
             except (EOFError, OSError):
+                self._workers[w].eof = True
                 break  # it died; what it sent before is kept
             got = True
         return got
@@ -426,7 +432,7 @@ class WorkerEnvs:
     def _replace(self, w: int, reason: str) -> None:
         """Kill worker ``w``, start a fresh one; its slots are lost until they are reset."""
         self._workers[w].kill()
-        self._workers[w] = _Worker(self._ctx, self._payload)
+        self._workers[w] = _Worker(self._payload)
         self.replaced += 1
         for slot in range(w, self.n, len(self._workers)):
             self._lost[slot] = reason

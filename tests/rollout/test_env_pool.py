@@ -79,7 +79,7 @@ def pools():
     for p in made:
         procs = [w.proc for w in p._workers]
         p.close()
-        assert not any(proc.is_alive() for proc in procs)
+        assert all(proc.poll() is not None for proc in procs)
 
 
 def _count(t: int) -> str:
@@ -168,8 +168,8 @@ def test_an_interrupted_call_leaves_no_stale_answers(pools, monkeypatch):
 
 
 def test_workers_do_not_import_torch():
-    """The fork server preloads env_pool; with torch in it every worker would carry torch (and
-    its threads) for nothing: ``agentrl/rollout/__init__.py`` must keep generation lazy."""
+    """A worker imports env_pool; with torch in it every worker would carry torch (and its
+    threads) for nothing: ``agentrl/rollout/__init__.py`` must keep generation lazy."""
     import subprocess
     import sys
 
