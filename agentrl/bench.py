@@ -216,6 +216,32 @@ def _main_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _main_rollout(args: argparse.Namespace) -> int:
+    """``rollout``: env share of rollout wall time with 0 (in-process) and W env workers
+    (``agentrl/rollout/env_pool_bench.py``)."""
+    from agentrl.rollout import env_pool_bench as eb
+
+    try:
+        workers = [int(w) for w in args.workers.split(",")]
+    except ValueError:
+        workers = [-1]
+    if min(workers) < 0 or args.episodes < 1 or args.repeats < 1:
+        print("error: --workers must be integers >= 0, --episodes and --repeats positive", file=sys.stderr)
+        return 2
+    gen, tok = eb.tiny_generate() if args.model == "tiny" else (None, None)
+    try:
+        rows = [eb.bench_rollout(args.env, args.episodes, w, args.repeats, args.max_turns, gen, tok)
+                for w in workers]
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"results": rows}, indent=1))
+    else:
+        eb.print_table(rows)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="agentrl bench", description="Micro-benchmarks: credit estimators on a synthetic ALFWorld-shaped batch "
                                              "(credit), env reset/step latency driven by each env's expert (envs).",
@@ -232,7 +258,18 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--envs", default=None, help="comma-separated env ids (default: all registered)")
     e.add_argument("--episodes", type=int, default=10, help="expert episodes per env (seeds 0..N-1)")
     e.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    r = sub.add_parser("rollout", help="env share of rollout wall time, in-process vs env workers")
+    r.add_argument("--env", default="agentrl/TextCraft-v0", help="env id (module:ID imports module first)")
+    r.add_argument("--episodes", type=int, default=32, help="episodes per rollout (default 32)")
+    r.add_argument("--workers", default="0,2", help="comma-separated worker counts, 0 = in-process")
+    r.add_argument("--repeats", type=int, default=3, help="rollouts per count; medians are reported")
+    r.add_argument("--max-turns", type=int, default=None, help="turn cap (default the env's step limit)")
+    r.add_argument("--model", choices=["none", "tiny"], default="none",
+                   help="'tiny': a tiny random model generates each turn (its tokens unused)")
+    r.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
+    if args.what == "rollout":
+        return _main_rollout(args)
     if args.what == "envs":
         return _main_envs(args)
     if args.records < 1 or args.repeats < 1 or args.dim < 1:

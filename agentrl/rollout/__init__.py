@@ -22,14 +22,21 @@ from agentrl.rollout.contexts import (
 )
 from agentrl.rollout.env_batch import EnvBatch, EnvFailure, InProcessEnvs
 from agentrl.rollout.episodes import Episode, GenerateOutput, Slot, episodes_to_records, run_episodes
-from agentrl.rollout.generation import (
-    FingerprintCapture,
-    decoder_layers,
-    hf_generate_fn,
-    truncated_forward_fingerprints,
-)
 from agentrl.rollout.prompts import chat_text, decode_response, encode, turn_message, user_prompt
 from agentrl.rollout.settings import RolloutSettings
+
+# generation imports torch: loaded on first use, so that env worker processes (which import
+# agentrl.rollout.env_pool) stay torch-free and single-threaded
+_GENERATION = ("FingerprintCapture", "decoder_layers", "hf_generate_fn", "truncated_forward_fingerprints")
+
+
+def __getattr__(name: str):
+    if name in _GENERATION:
+        from agentrl.rollout import generation
+
+        return getattr(generation, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Context",

@@ -1,0 +1,123 @@
+"""``python -m agentrl.bench rollout``: env share of rollout wall time, in-process vs env workers.
+
+A rollout here is the loop of ``run_episodes`` without the token bookkeeping: reset every slot,
+then per turn build each live slot's window prompt (``user_prompt``), "generate", and step the
+live slots with the expert's actions. Env time is the time spent in ``reset_many``,
+``step_many`` and ``user_prompt``, the calls that go to the workers. "Generation" is the
+expert's action (asked of the env, not counted as env time) and, with ``--model tiny``, a batched
+``generate`` of the tiny random model on the real prompts (its tokens are thrown away: the expert
+still acts, so every configuration plays the same episodes).
+
+The pool is made once and kept (as a rank keeps it for the run); one warm-up rollout, then the
+median of ``--repeats`` rollouts, each on seeds ``r * episodes + i`` (the same for every W).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from agentrl.actions import format_action
+from agentrl.rollout.env_pool import EnvFailure, LocalEnvs, WorkerEnvs
+
+
+class _Timer:
+    """Wall seconds spent inside ``with`` blocks, summed."""
+
+    def __init__(self):
+        self.s = 0.0
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.s += time.perf_counter() - self._t0
+
+
+def rollout_once(envs, n: int, seed0: int, max_turns: int, generate=None, tokenizer=None) -> dict[str, Any]:
+    """One expert-driven rollout of ``n`` episodes; wall, env and generation seconds. Prompts
+    go in one batch per turn where the env batch can (``WorkerEnvs.user_prompt_many``)."""
+    batched = hasattr(envs, "user_prompt_many")
+    env_t, gen_t = _Timer(), _Timer()
+    t0 = time.perf_counter()
+    with env_t:
+        out = envs.reset_many([(s, seed0 + s, {}) for s in range(n)])
+    state = {s: (r[0], r[1], []) for s, r in enumerate(out) if not isinstance(r, EnvFailure)}
+    turns = steps = wins = 0
+    while state and turns < max_turns:
+        live = sorted(state)
+        with env_t:
+            asks = [(s, state[s][0], state[s][1], state[s][2], turns, 2) for s in live]
+            prompts = envs.user_prompt_many(asks) if batched else [envs.user_prompt(*a) for a in asks]
+        with gen_t:
+            if generate is not None:
+                from agentrl.rollout.episodes import chat_text, encode
+
+                generate([encode(tokenizer, chat_text(tokenizer, p) + "<action>") for p in prompts])
+            acts = envs.expert_actions(live)
+        with env_t:
+            res = envs.step_many([(s, format_action(a or "look")) for s, a in zip(live, acts, strict=True)])
+        turns += 1
+        steps += len(live)
+        for s, a, r in zip(live, acts, res, strict=True):
+            if isinstance(r, EnvFailure) or r[2] or r[3]:
+                wins += int(not isinstance(r, EnvFailure) and bool(r[4].get("won")))
+                del state[s]
+            else:
+                state[s] = (r[0], r[4], state[s][2] + [(state[s][0], a or "look")])
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "env_s": env_t.s, "gen_s": gen_t.s, "turns": turns, "steps": steps, "wins": wins}
+
+
+def bench_rollout(env_id: str, episodes: int, workers: int, repeats: int, max_turns: int | None,
+                  generate=None, tokenizer=None, timeout_s: float = 300.0) -> dict[str, Any]:
+    """Median figures over ``repeats`` rollouts with ``workers`` env workers (0 = in-process)."""
+    t0 = time.perf_counter()
+    envs = LocalEnvs(env_id, {}, episodes) if workers == 0 else WorkerEnvs(
+        env_id, {}, episodes, workers=workers, timeout_s=timeout_s)
+    create_s = time.perf_counter() - t0
+    try:
+        turns = max_turns or envs.max_episode_steps() or 30
+        warm = rollout_once(envs, episodes, 10_000, turns, generate, tokenizer)
+        runs = [rollout_once(envs, episodes, r * episodes, turns, generate, tokenizer) for r in range(repeats)]
+    finally:
+        envs.close()
+
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    return {
+        "env": env_id, "workers": workers, "episodes": episodes, "repeats": repeats,
+        "create_s": round(create_s, 3), "warmup_wall_s": round(warm["wall_s"], 3),
+        "wall_s": round(med("wall_s"), 3), "env_s": round(med("env_s"), 3), "gen_s": round(med("gen_s"), 3),
+        "env_share": round(statistics.median(r["env_s"] / r["wall_s"] for r in runs), 3),
+        "env_ms_per_turn": round(1e3 * statistics.median(r["env_s"] / max(r["turns"], 1) for r in runs), 2),
+        "turns": runs[0]["turns"], "steps": runs[0]["steps"], "wins": runs[0]["wins"],
+    }
+
+
+def tiny_generate(max_new_tokens: int = 16):
+    """A tiny random model's batched ``generate`` (CPU, one thread) and its tokenizer."""
+    import tempfile
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrl.models import build_tiny_model
+    from agentrl.rollout.generation import hf_generate_fn
+
+    torch.set_num_threads(1)
+    path = build_tiny_model(tempfile.mkdtemp(prefix="agentrl-bench-tiny-"), hidden_size=32, num_heads=2,
+                            num_kv_heads=1)  # the trainer tests' size: CPU-cheap
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    return hf_generate_fn(model, tok, max_new_tokens=max_new_tokens, do_sample=False), tok
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    cols = ["env", "workers", "episodes", "create_s", "wall_s", "env_s", "gen_s", "env_share",
+            "env_ms_per_turn", "turns", "steps", "wins"]
+    print(" ".join(f"{c:>15}" if c != "env" else f"{c:<40}" for c in cols))
+    for r in rows:
+        print(" ".join(f"{r[c]!s:>15}" if c != "env" else f"{r[c]:<40}" for c in cols))
