@@ -68,7 +68,7 @@ def test_registered_and_deterministic():
     assert env.reset(seed=3, options={"families": ["math"], "split": "valid"})[1]["task_family"] == "math"
     with pytest.raises(ValueError, match="unknown task family"):
         env.reset(seed=0, options={"families": "chess"})
-    with pytest.raises(ValueError, match="split must be"):
+    with pytest.raises(ValueError, match="unknown split"):
         env.reset(seed=0, options={"split": "test"})
     with pytest.raises(ValueError, match="unknown reset option"):
         env.reset(seed=0, options={"level": 3})
@@ -216,7 +216,7 @@ def test_trajectory_rollout_with_the_expert():
     """The env through ``run_episodes`` in trajectory mode: the expert plays (via a shadow env in
     lock-step), tool results come back as masked env tokens, the return is APPO's reward."""
     from agentrl.models.tiny import train_tokenizer
-    from agentrl.rollout import run_episodes
+    from agentrl.rollout import RolloutSettings, run_episodes
 
     tok = train_tokenizer(["<search>x</search> <answer>\\boxed{y}</answer> <result>z</result>"] * 5, 300)
     task_id = next(t.id for t in make().unwrapped.tasks("valid", "multihop") if len(t.hops) == 3)
@@ -231,13 +231,14 @@ def test_trajectory_rollout_with_the_expert():
         shadow.step(resp)
         return [tok(resp + tok.eos_token, add_special_tokens=False)["input_ids"]]
 
-    (ep,) = run_episodes("agentrl/ToolReason-v0", [task], gen, tok, context_mode="trajectory", prefill="",
-                         env_kwargs={"math_size": 20}, max_prompt_tokens=100_000)
+    settings = RolloutSettings("agentrl/ToolReason-v0", context_mode="trajectory", prefill="",
+                               env_kwargs={"math_size": 20}, max_prompt_tokens=100_000)
+    (ep,) = run_episodes([task], gen, tok, settings)
     hops = 3
     assert ep.length == hops + 1 and ep.won and ep.return_ == 1.0 and not ep.truncated
     assert [r.reward for r in ep.steps] == [0.0] * hops + [1.0]
-    env_text = tok.decode([t for t, m in zip(ep.traj_completion_ids, ep.env_mask, strict=True) if m == 0])
-    model_text = tok.decode([t for t, m in zip(ep.traj_completion_ids, ep.env_mask, strict=True) if m == 1])
+    env_text = tok.decode([t for t, m in zip(ep.tokens.completion_ids, ep.tokens.env_mask, strict=True) if m == 0])
+    model_text = tok.decode([t for t, m in zip(ep.tokens.completion_ids, ep.tokens.env_mask, strict=True) if m == 1])
     assert env_text.count("<result>") == hops and "<result>" not in model_text
     assert model_text.count("<search>") == hops and model_text.count("<answer>") == 1
 
