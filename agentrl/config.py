@@ -104,6 +104,18 @@ class AgentRLConfig(GRPOConfig):
         metadata={"help": "Shaping reward added to each step whose action the env accepted, so groups with "
                           "0% success still have reward spread (zero spread in a group = zero advantage)."},
     )
+    env_workers: str = field(
+        default="0",
+        metadata={"help": "Env worker processes per rank (agentrl.rollout.env_pool): each keeps its envs across "
+                          "iterations and steps them in parallel with the others; a worker that crashes or exceeds "
+                          "env_timeout_s ends its episodes as errors and is replaced. 0 = envs in the training "
+                          "process; 'auto' = this rank's share of the cores, at most its episodes. Pays where "
+                          "env steps are costly (ALFWorld, SWE), not for TextCraft/WebShop (round trips > env)."},
+    )
+    env_timeout_s: float = field(
+        default=300.0,
+        metadata={"help": "Seconds one env call may take in a worker before its episode ends as an error."},
+    )
     max_rows_per_rank: int | None = field(
         default=None,
         metadata={"help": "Cap on training rows per rank per iteration. Every rank trains on the same number "
@@ -201,6 +213,8 @@ VALUE_CHECKS: list[tuple[str, Callable[[Any], bool], str]] = [
     ("history_length", lambda v: v >= 0, ">= 0"),
     ("num_tasks", lambda v: v >= 1, ">= 1"),
     ("max_rows_per_rank", lambda v: v is None or v >= 1, ">= 1"),
+    ("env_workers", lambda v: v == "auto" or (str(v).isdigit() and int(v) >= 0), ">= 0 or 'auto'"),
+    ("env_timeout_s", lambda v: v > 0, "> 0"),
 ]
 
 
@@ -249,7 +263,7 @@ KEY_GROUPS: dict[str, list[str]] = {
     "environment and tasks": ["env_id", "env_kwargs", "env_modules", "task_split", "task_families",
                               "task_options", "task_seed_start", "num_tasks"],
     "rollout": ["context_mode", "history_length", "max_turns", "max_prompt_tokens", "prefill",
-                "valid_action_reward", "max_rows_per_rank", "save_rollouts"],
+                "valid_action_reward", "max_rows_per_rank", "save_rollouts", "env_workers", "env_timeout_s"],
     "credit": ["credit", "credit_kwargs", "gamma", "fingerprint_layer"],
     "run folder and launch": ["output_dir", "overwrite_output_dir", "resume_from_checkpoint", "accelerate_config"],
     "optimisation and sampling (TRL GRPOConfig; every GRPOConfig / TrainingArguments key is accepted)": [

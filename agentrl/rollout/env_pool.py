@@ -134,13 +134,13 @@ class SlotEnvs:
         return obs, reward, terminated, truncated, info
 
     def op_prompt(self, item) -> str:
-        from agentrl.rollout.episodes import user_prompt
+        from agentrl.rollout.prompts import user_prompt
 
         slot, obs, info, recent, t, h = item
         return user_prompt(self.envs[slot].unwrapped, obs, info, recent, t, h)
 
     def op_turn(self, item) -> str:
-        from agentrl.rollout.episodes import turn_message
+        from agentrl.rollout.prompts import turn_message
 
         slot, obs, info, t = item
         return turn_message(self.envs[slot].unwrapped, obs, info, t)

@@ -52,7 +52,7 @@ def rollout_once(envs, n: int, seed0: int, max_turns: int, generate=None, tokeni
             prompts = envs.user_prompt_many(asks) if batched else [envs.user_prompt(*a) for a in asks]
         with gen_t:
             if generate is not None:
-                from agentrl.rollout.episodes import chat_text, encode
+                from agentrl.rollout.prompts import chat_text, encode
 
                 generate([encode(tokenizer, chat_text(tokenizer, p) + "<action>") for p in prompts])
             acts = envs.expert_actions(live)

@@ -253,7 +253,33 @@ class AgentGRPOTrainer(GRPOTrainer):
     def rollout(self, tasks: list[dict], **overrides) -> list[Episode]:
         """Play ``tasks`` with the current policy (collective: all ranks call it together).
         ``overrides`` are ``RolloutSettings`` fields (e.g. ``env_kwargs``, ``context_mode``)."""
-        return run_episodes(tasks, self._turn_generate, self.processing_class, self.rollout_settings(**overrides))
+        settings = self.rollout_settings(**overrides)
+        return run_episodes(tasks, self._turn_generate, self.processing_class, settings,
+                            envs=self._env_pool(settings, len(tasks)))
+
+    def train(self, *args, **kwargs):
+        try:
+            return super().train(*args, **kwargs)
+        finally:  # the env workers end with the run (a finalizer would too, later)
+            if getattr(self, "_workers", None) is not None:
+                self._workers.close()
+                self._workers = None
+
+    def _env_pool(self, settings: RolloutSettings, n: int):
+        """This rank's env worker pool (``env_workers`` > 0), made at the first rollout and kept for
+        the run: its envs are reset, not rebuilt, every iteration. None = envs in this process.
+        A rollout with other env settings (a hook's override) gets in-process envs."""
+        a = self.args
+        if str(a.env_workers) == "0" or (settings.env_id, settings.env_kwargs) != (a.env_id, dict(a.env_kwargs or {})):
+            return None
+        from agentrl.rollout.env_pool import WorkerEnvs, default_workers
+
+        if getattr(self, "_workers", None) is None:
+            w = (default_workers(n, self.accelerator.num_processes) if a.env_workers == "auto"
+                 else int(a.env_workers))
+            self._workers = WorkerEnvs(a.env_id, dict(a.env_kwargs or {}), n, workers=w, timeout_s=a.env_timeout_s)
+        self._workers.resize(n)
+        return self._workers
 
     def generate_branches(self, prompt_ids: list[int], prefix_ids: list[int], k: int) -> list[list[int]]:
         """APPO hook: K sampled continuations of ``prompt_ids + prefix_ids`` (a token position

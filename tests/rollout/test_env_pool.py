@@ -18,7 +18,7 @@ import pytest
 import agentrl.envs  # noqa: F401 - registers agentrl/* ids
 from agentrl.actions import format_action
 from agentrl.rollout.env_pool import EnvFailure, LocalEnvs, WorkerEnvs
-from agentrl.rollout.episodes import turn_message, user_prompt
+from agentrl.rollout.prompts import turn_message, user_prompt
 from tests.rollout.crash_envs import CRASH_ID
 
 

@@ -254,3 +254,18 @@ def test_recipe_env_block_is_exported_before_torch_loads(tmp_path, tiny_model_di
                        cwd=Path(__file__).resolve().parents[2])
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split()[-2:] == ["True", "1"]
+
+
+def test_env_workers_give_the_in_process_rollouts(tmp_path, tiny_model_dir):
+    """env_workers: 2 plays the same episodes as the in-process path (same seed, same records),
+    and the pool lives for the run: made once, closed when training ends."""
+    runs = {}
+    for w in ("0", "2"):
+        (tmp_path / f"w{w}").mkdir()
+        cfg = make_cfg(tmp_path / f"w{w}", tiny_model_dir, save_rollouts=True, env_workers=w, max_steps=2)
+        tr = make_trainer(cfg)
+        tr.train()
+        runs[w] = [[(d["traj_id"], d["t"], d["action"], d["reward"], d["valid"]) for d in
+                    read_jsonl(tmp_path / f"w{w}" / "out" / "rollouts" / f"iter_{s:05d}.jsonl")] for s in (0, 1)]
+        assert getattr(tr, "_workers", None) is None  # closed at the end of train()
+    assert runs["0"] == runs["2"] and len(runs["0"][0]) > 0
