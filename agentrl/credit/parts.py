@@ -1,4 +1,4 @@
-"""Shared parts every estimator is composed of (DESIGN.md, "Credit modules share one core").
+"""Shared parts every estimator is composed of (docs/design.md: keyers, baselines, combiners).
 
 - state keyers: records -> integer key per record (always nested inside the prompt group)
 - action keyers: records -> integer action key per record

@@ -2,7 +2,7 @@
 
 The package ships the model as a Q4_1 GGUF file. We never import the package (its declared
 deps compile llama-cpp); we locate the file, let transformers dequantize it to fp32 through
-``gguf_file=``, and save an ordinary HF folder once (FINDINGS.md: ~23 s, reload 2 s).
+``gguf_file=``, and save an ordinary HF folder once (measured: ~23 s, reload 2 s).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def ensure_smollm2(out_dir: str | Path | None = None) -> Path:
     src = gguf_path()
     tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
     model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name)
-    # A dequantized model must not be saved as "quantized" (FINDINGS.md).
+    # A dequantized model must not be saved as "quantized": reloading it would fail.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
