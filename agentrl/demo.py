@@ -47,7 +47,8 @@ DESIGNS: dict[str, dict[str, Any]] = {
     "smollm2": dict(recipe="demo_smollm2.yaml", sft_episodes=64, sft_steps=12, sft_lr=5e-5, sft_batch=8,
                     threads=2, rl_steps=8, save_steps=4, eval_episodes=59, eval_turns=15),
 }
-QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, eval_episodes=12, eval_turns=12)
+# eval_turns as the recipe's max_turns: `agentrl eval` of a demo checkpoint gives the demo's figure
+QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, eval_episodes=12, eval_turns=15)
 
 
 def log(msg: str) -> None:

@@ -38,5 +38,14 @@ def test_demo_quick(tmp_path):
     assert summary["before"]["episodes"] == summary["after"]["episodes"] == 12
     assert float(m.group(1)) == round(summary["before"]["success"], 1)
     assert (out / "learning_curve.png").stat().st_size > 1000
-    assert (out / "rl" / "config.json").is_file()  # the final RL checkpoint
     assert any((out / "rl").glob("checkpoint-*"))
+    # `agentrl eval` of the demo's final checkpoint, with nothing but the held-out tasks given,
+    # reads the run's own settings and reproduces the demo's figure (it reported 0% before)
+    final = out / "rl" / f"checkpoint-{summary['curve'][-1][0]}"
+    ev = subprocess.run([sys.executable, "-m", "agentrl", "eval", "--checkpoint", str(final), "--split", "valid",
+                         "--episodes", "12", "--families", "depth2", "--out", str(out / "eval.json")], cwd=REPO,
+                        capture_output=True, text=True, timeout=900,
+                        env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"})
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    (got,) = json.loads((out / "eval.json").read_text())
+    assert got["all"]["success"] == summary["after"]["success"]

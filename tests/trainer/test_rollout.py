@@ -302,6 +302,6 @@ def test_reset_failure_and_bad_env_id(tiny):
     a, b = run_episodes(tasks, scripted(tok), tok, S())
     assert a.length == 2 and a.won
     assert b.length == 0 and b.truncated and b.error.startswith("reset: ValueError: unknown reset option")
-    with pytest.raises(ValueError, match="cannot make agentrl-test/Nope-v0") as e:
+    with pytest.raises(ValueError, match="unknown env id .agentrl-test/Nope-v0.; valid: agentrl/") as e:
         InProcessEnvs("agentrl-test/Nope-v0", {}, 2)
     assert "\n" not in str(e.value)
