@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.heldout import paired_difference
+from agentrl.report import mean_band, steps_to_threshold
 
 
 def mean_se(xs: list[float]) -> tuple[float, float | None]:
@@ -44,10 +45,8 @@ def auc(curve: list[tuple[int, float]], last_step: int) -> float:
 
 def steps_to(curve: list[tuple[int, float]], threshold: float) -> int | None:
     """First step whose success is >= threshold (None: never reached)."""
-    for step, y in sorted(curve):
-        if y >= threshold:
-            return step
-    return None
+    pts = sorted(curve)
+    return steps_to_threshold([x for x, _ in pts], [y for _, y in pts], threshold)
 
 
 def median_steps(values: list[int | None]) -> float | None:
@@ -168,16 +167,10 @@ def plot(summary: dict[str, Any], out: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for lab, r in summary["estimators"].items():
-        curves = list(r["curves"].values())
-        steps = sorted({s for c in curves for s, _ in c})
-        ms, lo, hi = [], [], []
-        for s in steps:
-            m, se = mean_se([y for c in curves for st, y in c if st == s])
-            ms.append(m)
-            lo.append(m - (se or 0))
-            hi.append(m + (se or 0))
+        steps, ms, ses = mean_band([([x for x, _ in c], [y for _, y in c]) for c in r["curves"].values()])
         ax.plot(steps, ms, marker="o", label=lab)
-        ax.fill_between(steps, lo, hi, alpha=0.15)
+        ax.fill_between(steps, [m - e for m, e in zip(ms, ses, strict=True)],
+                        [m + e for m, e in zip(ms, ses, strict=True)], alpha=0.15)
     ax.axhline(summary["threshold"], color="grey", ls="--", lw=1, label=f"threshold {summary['threshold']:.0f}%")
     ax.set_xlabel("RL step")
     ax.set_ylabel("held-out success (%)")

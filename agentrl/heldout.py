@@ -63,6 +63,7 @@ def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str
 
     from agentrl.eval import load_policy
     from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
+    from agentrl.rollout.metrics import episode_metrics
 
     torch.manual_seed(seed)
     model, tok = load_policy(str(model_dir))
@@ -75,13 +76,10 @@ def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str
                          history_length=s.history_length, max_turns=s.max_turns,
                          max_prompt_tokens=s.max_prompt_tokens, prefill=s.prefill)
     eps = run_episodes(tasks, gen, tok, rs)
-    wins = [bool(e.won) for e in eps]
-    n = len(wins)
-    p = sum(wins) / max(n, 1)
-    steps = sum(e.length for e in eps)
-    return {"success": 100 * p, "success_se": 100 * math.sqrt(p * (1 - p) / max(n, 1)), "episodes": n,
-            "invalid_rate": sum(e.n_invalid for e in eps) / max(steps, 1), "mean_length": steps / max(n, 1),
-            "wins": wins}
+    m = episode_metrics(eps)  # the trainer's and agentrl eval's numbers, from the same function
+    return {"success": 100 * m["env/success"], "success_se": 100 * m["env/success_se"], "episodes": len(eps),
+            "invalid_rate": m["env/invalid_action_rate"], "mean_length": m["env/episode_len"],
+            "wins": [bool(e.won) for e in eps]}
 
 
 def paired_difference(before: list[bool], after: list[bool]) -> tuple[float, float]:
