@@ -484,6 +484,10 @@ def validate_config(cfg: AgentRLConfig) -> None:
     validate_context(cfg.context_mode)
     validate_tasks(cfg)
     validate_credit(cfg.credit, {"gamma": cfg.gamma, **(cfg.credit_kwargs or {})})
+    if cfg.credit == "appo":  # settings APPO's trainer cannot run with (context, reference model)
+        from agentrl.trainer.appo import check_config
+
+        check_config(cfg)
     validate_model(cfg.model_name_or_path)
     if cfg.use_vllm and not vllm_available():
         raise RecipeError("use_vllm: true needs vllm (pip install 'agentrl[vllm]' on a CUDA machine); "

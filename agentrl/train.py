@@ -108,8 +108,10 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
         raise RecipeError(f"cannot load the tokenizer of {cfg.model_name_or_path}: {first_line(e)}") from None
     if tok.chat_template is None:
         raise RecipeError(f"the tokenizer of {model_path} has no chat template")
-    trainer = AgentGRPOTrainer(model=model_path, args=cfg, processing_class=tok,
-                               peft_config=build_peft_config(cfg), hooks=hooks)
+    cls = AgentGRPOTrainer
+    if cfg.credit == "appo":  # APPO changes the rollout, the rows and the loss (agentrl.trainer.appo)
+        from agentrl.trainer.appo import AppoTrainer as cls
+    trainer = cls(model=model_path, args=cfg, processing_class=tok, peft_config=build_peft_config(cfg), hooks=hooks)
     _install_callbacks(trainer)
     return trainer
 

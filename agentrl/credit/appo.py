@@ -99,6 +99,9 @@ import math
 
 import numpy as np
 
+from .batch import Batch
+from .registry import GAMMA, Out, Param, register
+
 EPS = 1e-6
 """Added to the population std in every z-score and group normalisation (the authors' code)."""
 LOG_CLAMP = 20.0
@@ -391,3 +394,69 @@ def branch_diagnostics(entropy, omega, mask, rows, pos, parent_rewards=None,
         parent = np.asarray(parent_rewards, dtype=float)[rows]
         out["branch_outcome_differs"] = float(np.mean(parent != np.asarray(branch_rewards, dtype=float)))
     return out
+
+
+# ============================================================================ the estimator
+# ``credit: appo`` in a recipe. Records alone cannot carry token-level credit, so the estimator
+# gives each record its rollout's group-relative outcome (Eq. 6's inner term: initial rollouts
+# and branches in their own groups, branches marked by BRANCH_SUFFIX on the group id); the APPO
+# trainer (agentrl.trainer.appo) maps those onto the initial rollouts' tokens with
+# ``dual_group_advantages`` and reads the other kwargs declared here.
+
+BRANCH_SUFFIX = "#branch"
+"""Appended to a parent's group id to name its branches' group."""
+OMEGA_BASELINES = ("ref", "behaviour")
+
+APPO_PARAMS = {
+    "gamma": GAMMA,
+    "budget": Param(1, "B, branch points per rollout (scope='rollout', the paper's Table 3) or per prompt "
+                       "(scope='prompt', the authors' code: 8); 0 = no branching", "int", lo=0, hi=4096),
+    "scope": Param("rollout", "'rollout': top-B tokens of each rollout (paper); 'prompt': one pool of B over the "
+                              "prompt's rollouts (code)", "choice", SCOPES),
+    "strict": Param(False, "rank tokens with Z(H) > 0 and Z(Omega) > 0 first (the code's strict pool)", "bool"),
+    "score": Param("bs", "'bs': Z(clip Omega) * Z(H) (Eq. 5); 'entropy': Z(H) alone (Table 4 ablation)",
+                   "choice", SCORES),
+    "omega_baseline": Param("ref", "what the rollout-time log-ratio of Omega compares the policy with: 'ref' "
+                                   "(the reference model; needs beta > 0 or use_peft) or 'behaviour' (the "
+                                   "generating policy: identically 0 under HF generation, so selection is by "
+                                   "entropy, as the authors' code is under HF)", "choice", OMEGA_BASELINES),
+    "omega_decay": Param(64.0, "Omega's gamma = 2^(-1/omega_decay); 0 = gamma 1 (the authors' rollout value)",
+                         "float", lo=0.0),
+    "clip_eps": Param(0.2, "eps' of clip(Omega) (Eq. 5) and of the future weight (Eq. 7): [1 - eps', 1 + eps']",
+                      "float", lo=0.0, hi=1.0),
+    "flat_omega": Param("entropy", "a rollout whose clipped Omega is constant: rank by 'entropy' or 'keep' "
+                                   "the all-zero scores", "choice", FLAT_OMEGA),
+    "combine": Param("average", "token advantage from A_init and its branches' A_branch: 'average' (Eq. 6) or "
+                                "'sum' (the authors' code)", "choice", COMBINES),
+    "grouping": Param("dual", "'dual': initial rollouts and branches in separate groups (Eq. 6); 'joint': one "
+                              "group per prompt (Table 4's w/o dual group)", "choice", GROUPINGS),
+    "decay": Param(64.0, "FutureKL's gamma = 2^(-1/decay) in the loss (Eq. 7; 64 in the authors' scripts)",
+                   "float", lo=1e-6),
+    "b": Param(1.0, "weight of the future-aware term: A (1 + b f) (Eq. 7); 0 turns it off (Table 4)",
+               "float", lo=0.0),
+    "high_only": Param(True, "f = clip(exp(FutureKL), 1, 1 + eps') (the code) instead of [1 - eps', 1 + eps']",
+                       "bool"),
+    "safety_ratio": Param(6.0, "where A < 0 and the token's ratio exceeds this, f is clamped to [0.8, 1] (the "
+                               "code); 0 turns the clamp off", "float", lo=0.0),
+}
+
+
+def _group_keys(batch: Batch, grouping: str) -> list[str]:
+    """One group key per trajectory: its group id, with the branch suffix dropped for 'joint'."""
+    gids = np.asarray(batch.field("group_id"), dtype=object)[batch.traj_start]
+    if grouping == "joint":
+        return [str(g).removesuffix(BRANCH_SUFFIX) for g in gids]
+    return [str(g) for g in gids]
+
+
+@register("appo", APPO_PARAMS, "APPO, arXiv:2606.12384 Eqs. 3-7")
+def appo(batch: Batch, gamma: float, grouping: str, **_: object) -> Out:
+    """Each record gets its rollout's group-relative outcome ``group_relative`` (Eq. 6's inner
+    term; branches grouped apart under 'dual'). The token-level map and the loss weight are the
+    trainer's (``agentrl.trainer.appo``); the remaining kwargs configure them."""
+    ret = batch.episode_return()
+    a = group_relative(ret, _group_keys(batch, grouping))
+    is_branch = np.array([str(g).endswith(BRANCH_SUFFIX) for g in
+                          np.asarray(batch.field("group_id"), dtype=object)[batch.traj_start]], dtype=bool)
+    diag = {"branch_rollouts": float(is_branch.sum()), "initial_rollouts": float((~is_branch).sum())}
+    return a[batch.traj], np.zeros(batch.n), diag

@@ -11,6 +11,7 @@ The methods, in the order ``run_episodes`` calls them::
     after_reset(envs, slots)        once, after reset_many (default: nothing)
     first_prompt(envs, slot)        prompt ids of the slot's first turn (None: does not fit)
     next_prompt(envs, slot)         prompt ids of every later turn (None: does not fit)
+    response_text(slot, completion) the text the env receives for a generated completion
     append_turn(slot, prompt, completion)   after the env accepted the step
     rows(episode, advantages)       in the trainer: training rows, one advantage per step
 
@@ -49,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agentrl.rollout.prompts import TurnTemplate, chat_text, encode
+from agentrl.rollout.prompts import TurnTemplate, chat_text, decode_response, encode
 
 if TYPE_CHECKING:
     from agentrl.rollout.env_batch import EnvBatch
@@ -130,6 +131,11 @@ class Context:
     def next_prompt(self, envs: EnvBatch, slot: Slot) -> list[int] | None:
         """Prompt ids of a later turn (``slot.obs`` is the new observation), or None."""
         raise NotImplementedError
+
+    def response_text(self, slot: Slot, completion: list[int]) -> str:
+        """The response the env receives for ``completion``: the prefill + the decoded tokens (a
+        branch continuation also puts back the part of the action its prompt already held)."""
+        return self.settings.prefill + decode_response(self.tokenizer, completion)
 
     def append_turn(self, slot: Slot, prompt: list[int], completion: list[int]) -> None:
         """Keep the turn the env just accepted (``prompt`` was sent, ``completion`` came back)."""

@@ -26,7 +26,7 @@ from agentrl.actions import parse_action
 from agentrl.records import StepRecord
 from agentrl.rollout.contexts import Context, make_context
 from agentrl.rollout.env_batch import EnvBatch, EnvFailure, InProcessEnvs
-from agentrl.rollout.prompts import chat_text, decode_response, encode
+from agentrl.rollout.prompts import chat_text, encode
 from agentrl.rollout.settings import RolloutSettings
 
 
@@ -204,7 +204,7 @@ class _Rollout:
     def _step(self, active: list[Slot], completions, fps) -> None:
         """One step_many for all active slots, then each result applied to its episode."""
         comps = [list(completions[j]) for j in range(len(active))]
-        responses = [self.settings.prefill + decode_response(self.tokenizer, c) for c in comps]
+        responses = [self.context.response_text(s, c) for s, c in zip(active, comps, strict=True)]
         results = self.envs.step_many([(s.i, r) for s, r in zip(active, responses, strict=True)])
         for j, (s, res) in enumerate(zip(active, results, strict=True)):
             if isinstance(res, EnvFailure):
