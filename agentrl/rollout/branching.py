@@ -75,11 +75,10 @@ def branch_start(parent: Episode, pos: int) -> BranchStart:
     """The ``BranchStart`` of a branch from token ``pos`` of ``parent`` (a trajectory-mode episode).
     ValueError if ``pos`` is not one of the parent's model tokens."""
     st = parent.tokens
-    for k, (s, e) in enumerate(st.step_spans):
-        if s <= pos < e:
-            break
-    else:
+    k = next((j for j, (s, e) in enumerate(st.step_spans) if s <= pos < e), None)
+    if k is None:
         raise ValueError(f"token {pos} of {parent.traj_id} is not a model token of any step")
+    s = st.step_spans[k][0]
     return BranchStart(parent=parent.traj_id, pos=int(pos), step=k,
                        actions=[str(r.info.get("response", r.action)) for r in parent.steps[:k]],
                        prompt_ids=list(st.prompt_ids), completion_ids=list(st.completion_ids[:pos + 1]),

@@ -276,3 +276,40 @@ def test_branch_diagnostics():
                                 [0, 1], [2, 0], parent_rewards=[1, 0], branch_rewards=[1, 1])
     assert d == {"branch_points_per_rollout": 1.0, "entropy_all": 2.5, "omega_all": 1.25,
                  "entropy_chosen": 3.5, "omega_chosen": 1.5, "branch_outcome_differs": 0.5}
+
+
+# ----------------------------------------------------------------------------- the estimator
+def _recs(spec):
+    return [dict(group_id=g, traj_id=t, t=k, obs="", action="", reward=r, done=k == n - 1)
+            for g, t, rs in spec for n in [len(rs)] for k, r in enumerate(rs)]
+
+
+def test_appo_estimator_group_relative_outcomes():
+    from agentrl import credit
+
+    # initial group "a": returns 1 (two steps 0 + 1) and 0 -> mean 0.5, population std 0.5:
+    #   +0.5 / (0.5 + 1e-6) = +0.999998, -0.999998 on every step of each rollout
+    # branch group "a#branch": returns 1, -1, 0 -> mean 0, std sqrt(2/3) = 0.816497:
+    #   +-1 / 0.816498 = +-1.224743, 0 -> 0
+    spec = [("a", "a/0", [0.0, 1.0]), ("a", "a/1", [0.0]),
+            ("a#branch", "a/0#b0", [1.0]), ("a#branch", "a/0#b1", [-1.0]), ("a#branch", "a/1#b0", [0.0])]
+    res = credit.compute("appo", _recs(spec), gamma=0.9)
+    assert res.step_advantages.tolist() == [approx(0.999998), approx(0.999998), approx(-0.999998),
+                                            approx(1.224743), approx(-1.224743), 0.0]
+    assert res.diagnostics["branch_rollouts"] == 3 and res.diagnostics["initial_rollouts"] == 2
+    # joint (Table 4's w/o dual group): one group of returns (1, 0, 1, -1, 0): mean 0.2, std 0.748331
+    #   1 -> 0.8 / 0.748332 = 1.069042; 0 -> -0.267261; -1 -> -1.603563
+    res = credit.compute("appo", _recs(spec), gamma=0.9, grouping="joint")
+    assert res.step_advantages.tolist() == [approx(1.069042), approx(1.069042), approx(-0.267261),
+                                            approx(1.069042), approx(-1.603563), approx(-0.267261)]
+
+
+def test_appo_estimator_kwargs_checked():
+    from agentrl import credit
+
+    with pytest.raises(ValueError, match=r"kwarg scope='tree' must be one of 'rollout', 'prompt'"):
+        credit.validate("appo", scope="tree")
+    with pytest.raises(ValueError, match=r"kwarg decay=0.0 must be in \[1e-06"):
+        credit.validate("appo", decay=0)
+    d = credit.describe("appo")["kwargs"]
+    assert d["budget"][0] == 1 and d["combine"][0] == "average" and d["omega_baseline"][0] == "ref"
