@@ -134,3 +134,13 @@ check-recipes: setup
 	  printf '%s: ' $$r; extra=; \
 	  case $$r in recipes/demo_tiny.yaml|*_tiny_*) extra="--model_name_or_path smollm2";; esac; \
 	  $(BIN)/python -m agentrl check-recipe $$r $$extra; done
+
+# --- APPO (arXiv:2606.12384): Tables 1, 3, 4 on GPUs; a CPU subset here -----------------------
+# `make -n repro-appo` prints the launches; `make repro-appo-cpu` runs the CPU recipes (minutes).
+.PHONY: repro-appo repro-appo-cpu
+repro-appo: export HF_HUB_OFFLINE := $(GPU_HUB_OFFLINE)
+repro-appo: setup
+	$(foreach r,$(call RECIPES_IN,recipes/appo/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+
+repro-appo-cpu: setup
+	$(foreach r,$(call RECIPES_IN,recipes/appo/cpu/*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
