@@ -178,8 +178,8 @@ class AppoTrainer(FutureAwareLoss, AgentGRPOTrainer):
     def branch(self, episodes: list[Episode]) -> list[Episode]:
         """The branches of this rank's initial rollouts (``AppoHooks.after_rollout``)."""
         t0 = time.perf_counter()
-        self._appo_metrics = {}
-        if not episodes:
+        self._appo_metrics, self.last_appo = self._rollout_diagnostics(episodes), None
+        if not episodes or self.appo_kwargs["budget"] == 0:  # no branching: token advantages = A_init
             return []
         stats = self.token_stats(episodes)
         rows, pos, omega = self.branch_points(episodes, stats)
@@ -198,14 +198,20 @@ class AppoTrainer(FutureAwareLoss, AgentGRPOTrainer):
                           "branches": branches}
         return branches
 
+    @staticmethod
+    def _rollout_diagnostics(episodes: list[Episode]) -> dict[str, float]:
+        """Tool calls per rollout (accepted turns that did not end the episode) and the share of
+        rollouts with a turn the env rejected (ToolReason: a bad format)."""
+        n = max(len(episodes), 1)
+        return {"appo/tool_calls_per_rollout": sum(sum(r.valid and not r.done for r in ep.steps)
+                                                   for ep in episodes) / n,
+                "appo/format_error_rate": sum(any(not r.valid for r in ep.steps) for ep in episodes) / n}
+
     def _diagnose(self, episodes, stats, omega, rows, pos, branches) -> None:
         parent_r = np.array([ep.return_ for ep in episodes])
         d = F.branch_diagnostics(stats["entropy"], omega, stats["eligible"], rows, pos, parent_r,
                                  np.array([b.return_ for b in branches]) if branches else None)
-        n = max(len(episodes), 1)
         d["branch_errors"] = float(sum(b.error is not None for b in branches))
-        d["tool_calls_per_rollout"] = sum(sum(r.valid and not r.done for r in ep.steps) for ep in episodes) / n
-        d["format_error_rate"] = sum(any(not r.valid for r in ep.steps) for ep in episodes) / n
         d["branches"] = float(len(branches))
         self._appo_metrics.update({f"appo/{k}": float(v) for k, v in d.items()})
 
