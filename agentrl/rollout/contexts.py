@@ -28,7 +28,8 @@ Two contexts ship:
 
 New kinds of rollout are new contexts, registered with ``@register_context("name")``:
 
-* **A branch continuation** (APPO: resume an episode from a token inside step k): the task carries
+* **A branch continuation** (APPO, built: ``agentrl.rollout.branching``; resume an episode from a
+  token inside step k): the task carries
   the parent's seed, its actions before step k, its prompt ids and ``completion[:t+1]``.
   ``new_state`` keeps them; ``after_reset`` replays the parent's actions on the freshly reset
   envs through ``envs.step_many`` (one batched call per replayed step, all branches at once;
