@@ -60,6 +60,7 @@ CREDIT_CASES: list[tuple[str, dict[str, Any]]] = [
     ("salt", {}),
     ("salt", {"match": "embedding"}),
     ("bigpo", {"eps": "auto"}),
+    ("appo", {}),
 ]
 
 

@@ -28,6 +28,7 @@ NAMES = [
     "hgpo_pairs",
     "rtmc",
     "salt",
+    "appo",
 ]
 
 
