@@ -143,4 +143,5 @@ repro-appo: setup
 	$(foreach r,$(call RECIPES_IN,recipes/appo/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
 
 repro-appo-cpu: setup
+	[ -f runs/appo/tiny_warm/config.json ] || $(BIN)/python -m agentrl.trainer.appo_warm --out runs/appo/tiny_warm
 	$(foreach r,$(call RECIPES_IN,recipes/appo/cpu/*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))

@@ -27,8 +27,8 @@ def test_appo_recipe_set_is_complete():
     want |= {"table3_qwen7b_n8_b1", "table3_qwen7b_n4_b3", "table3_qwen7b_n2_b7"}
     want |= {f"table4_{m}_{a}" for m in ("qwen7b", "llama8b") for a in ("entropy_only", "no_future", "no_dual_group")}
     assert names == want
-    assert {p.stem for p in (REPO / "recipes/appo/cpu").glob("[!_]*.yaml")} == {"appo_toolreason_appo",
-                                                                                "appo_toolreason_grpo"}
+    assert {p.stem for p in (REPO / "recipes/appo/cpu").glob("[!_]*.yaml")} == {"appo_toolreason_tiny_appo",
+                                                                                "appo_toolreason_tiny_grpo"}
 
 
 def test_appo_authors_hyperparameters():

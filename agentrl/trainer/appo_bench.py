@@ -1,6 +1,6 @@
 """APPO's cost figures: ``python -m agentrl.trainer.appo_bench [--model smollm2] [--steps 2] [--json]``.
 
-Prints, for the CPU recipe (``recipes/appo/cpu/appo_toolreason_appo.yaml``):
+Prints, for the CPU recipe (``recipes/appo/cpu/appo_toolreason_tiny_appo.yaml``):
 
 * seconds per optimizer step with branching (the recipe: B = 1 per rollout) and without
   (``budget: 0``: the same trainer, no branch rollout, token advantages = A_init), and where the
@@ -10,7 +10,8 @@ Prints, for the CPU recipe (``recipes/appo/cpu/appo_toolreason_appo.yaml``):
   (``agentrl.envs.toolreason.latency``).
 
 Wall-clock figures on a shared machine move with its load: run it alone, or read the figures
-as upper bounds. ``--model`` is a model folder or an embedded name (``smollm2``, the recipe's).
+as upper bounds. ``--model``: a model folder (default: the recipe's ``runs/appo/tiny_warm``, built
+here first when missing) or an embedded name (``smollm2``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-RECIPE = str(Path(__file__).resolve().parents[2] / "recipes/appo/cpu/appo_toolreason_appo.yaml")
+RECIPE = str(Path(__file__).resolve().parents[2] / "recipes/appo/cpu/appo_toolreason_tiny_appo.yaml")
 
 
 def train_figures(model: str, steps: int, budget: int, out: Path) -> dict[str, float]:
@@ -66,13 +67,18 @@ def measure(model: str, steps: int, calls: int) -> dict[str, dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m agentrl.trainer.appo_bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2", help="model folder or embedded name (default: the recipe's smollm2)")
+    ap.add_argument("--model", default="runs/appo/tiny_warm", help="model folder or embedded name (default: the "
+                    "recipe's tiny warm-started model, built when missing)")
     ap.add_argument("--steps", type=int, default=2, help="optimizer steps per configuration (2 = one rollout batch)")
     ap.add_argument("--calls", type=int, default=20, help="python tool calls per sandbox figure")
     ap.add_argument("--json", action="store_true", help="print JSON")
     args = ap.parse_args(argv)
     if args.steps < 1 or args.calls < 1:
         ap.error("--steps and --calls must be >= 1")
+    if args.model == "runs/appo/tiny_warm" and not Path(args.model, "config.json").is_file():
+        from agentrl.trainer.appo_warm import warm_tiny_model
+
+        warm_tiny_model(args.model)
     res = measure(args.model, args.steps, args.calls)
     if args.json:
         print(json.dumps(res, indent=1))
