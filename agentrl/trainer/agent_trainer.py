@@ -277,18 +277,20 @@ class AgentGRPOTrainer(GRPOTrainer):
                 self._workers = None
 
     def _env_pool(self, settings: RolloutSettings, n: int):
-        """This rank's env worker pool (``env_workers`` > 0), made at the first rollout and kept for
-        the run: its envs are reset, not rebuilt, every iteration. None = envs in this process.
-        A rollout with other env settings (a hook's override) gets in-process envs."""
+        """This rank's env batch, made at the first rollout and kept for the run: its envs are
+        reset, not rebuilt, every iteration. ``env_workers`` > 0: a worker pool; 0: ``LocalEnvs``
+        in this process. None (a fresh in-process batch) for a rollout with other env settings
+        (a hook's override)."""
         a = self.args
-        if str(a.env_workers) == "0" or (settings.env_id, settings.env_kwargs) != (a.env_id, dict(a.env_kwargs or {})):
+        if (settings.env_id, settings.env_kwargs) != (a.env_id, dict(a.env_kwargs or {})):
             return None
-        from agentrl.rollout.env_pool import WorkerEnvs, default_workers
+        from agentrl.rollout.env_pool import LocalEnvs, WorkerEnvs, default_workers
 
         if getattr(self, "_workers", None) is None:
             w = (default_workers(n, self.accelerator.num_processes) if a.env_workers == "auto"
                  else int(a.env_workers))
-            self._workers = WorkerEnvs(a.env_id, dict(a.env_kwargs or {}), n, workers=w, timeout_s=a.env_timeout_s)
+            self._workers = (WorkerEnvs(a.env_id, dict(a.env_kwargs or {}), n, workers=w, timeout_s=a.env_timeout_s)
+                             if w > 0 else LocalEnvs(a.env_id, dict(a.env_kwargs or {}), n))
         self._workers.resize(n)
         return self._workers
 

@@ -71,13 +71,14 @@ def pools():
     """Make pools through ``make(...)``; every one is closed (its processes stopped) at the end."""
     made = []
 
-    def make(*args, **kw):
-        made.append(WorkerEnvs(*args, **kw))
+    def make(*args, workers=2, **kw):
+        """``workers`` = 0: the in-process ``LocalEnvs`` the trainer keeps for ``env_workers: 0``."""
+        made.append(WorkerEnvs(*args, workers=workers, **kw) if workers else LocalEnvs(*args))
         return made[-1]
 
     yield make
     for p in made:
-        procs = [w.proc for w in p._workers]
+        procs = [w.proc for w in getattr(p, "_workers", [])]
         p.close()
         assert all(proc.poll() is not None for proc in procs)
 
@@ -209,6 +210,15 @@ def test_local_envs_is_the_same_interface_in_process():
         assert local.step_many([(0, format_action("raise"))])[0] == EnvFailure(
             "step: RuntimeError: crash env failure (test)")
         assert local.expert_actions([1]) == ["1"]
+        # persistent: resets reuse the envs made (the first observation counts them), resize
+        # makes only the new slots' envs
+        made = [int(r[0].rsplit("made ", 1)[1].rstrip(")")) for r in local.reset_many([(0, 5, {}), (1, 6, {})])]
+        local.resize(3)
+        again = local.reset_many([(0, 7, {}), (1, 8, {}), (2, 9, {})])
+        assert [int(r[0].rsplit("made ", 1)[1].rstrip(")")) for r in again] == [made[1] + 1] * 3
+        local.resize(1)
+        assert local.step_many([(1, format_action("1"))])[0] == EnvFailure(
+            "step: RuntimeError: slot 1 has no env (not reset since it was made)")
     finally:
         local.close()
 
@@ -238,11 +248,13 @@ ENVS = [
 ]
 
 
+@pytest.mark.parametrize("workers", [2, 0])
 @pytest.mark.parametrize("env_id,n,turns", ENVS)
-def test_results_equal_the_in_process_path(pools, env_id, n, turns):
+def test_results_equal_the_in_process_path(pools, env_id, n, turns, workers):
     """Two rounds of episodes (the second on reused envs): obs, reward, flags, info and prompts
-    equal; the expert drives, with a malformed and an inadmissible reply mixed in."""
-    pool = pools(env_id, {}, n, workers=2, timeout_s=120)
+    equal; the expert drives, with a malformed and an inadmissible reply mixed in. Also for the
+    persistent in-process envs (0 workers)."""
+    pool = pools(env_id, {}, n, workers=workers, timeout_s=120)
     ref = RefEnvs(env_id, {}, n)
     assert pool.max_episode_steps() == ref.max_episode_steps()
     try:

@@ -82,6 +82,11 @@ def test_window_mode_trains(tmp_path, tiny_model_dir):
               "time/rollout_s", "time/credit_s", "time/update_s", "time/fingerprint_s", "gen/tokens_per_s",
               "env/success/len3", "time/env_s", "time/env_share", "rows/real_token_share"):
         assert k in logs, k
+    from agentrl.rollout.env_pool import LocalEnvs
+
+    pool = tr._env_pool(tr.rollout_settings(), 8)  # env_workers 0: persistent in-process envs
+    assert isinstance(pool, LocalEnvs) and tr._env_pool(tr.rollout_settings(), 8) is pool
+    pool.close()
     for h in tr.state.log_history:  # env time (resets, steps, prompts of the count env) is inside the rollout
         if "time/env_s" in h:
             assert 0 < h["time/env_s"] <= h["time/rollout_s"]
