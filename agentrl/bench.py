@@ -227,13 +227,15 @@ def _main_rollout(args: argparse.Namespace) -> int:
         workers = [int(w) for w in args.workers.split(",")]
     except ValueError:
         workers = [-1]
-    if min(workers) < 0 or args.episodes < 1 or args.repeats < 1:
-        print("error: --workers must be integers >= 0, --episodes and --repeats positive", file=sys.stderr)
+    if (min(workers) < 0 or args.episodes < 1 or args.repeats < 1
+            or not set(args.overlap.split(",")) <= {"none", "halves"}):
+        print("error: --workers must be integers >= 0, --episodes and --repeats positive, --overlap from "
+              "none, halves", file=sys.stderr)
         return 2
     gen, tok = eb.tiny_generate() if args.model == "tiny" else (None, None)
     try:
-        rows = [eb.bench_rollout(args.env, args.episodes, w, args.repeats, args.max_turns, gen, tok)
-                for w in workers]
+        rows = [eb.bench_rollout(args.env, args.episodes, w, args.repeats, args.max_turns, gen, tok, overlap=o)
+                for w in workers for o in args.overlap.split(",")]
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -288,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--max-turns", type=int, default=None, help="turn cap (default the env's step limit)")
     r.add_argument("--model", choices=["none", "tiny"], default="none",
                    help="'tiny': a tiny random model generates each turn (its tokens unused)")
+    r.add_argument("--overlap", default="none",
+                   help="comma-separated: none, halves (two halves pipelined: one steps while the other generates)")
     r.add_argument("--json", action="store_true", help="print JSON instead of a table")
     o = sub.add_parser("overhead", help="agentrl's training step over plain TRL's on equal work (tiny model)")
     o.add_argument("--repeats", type=int, default=3, help="train() calls per trainer, alternating (default 3)")
