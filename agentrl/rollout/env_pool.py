@@ -485,6 +485,7 @@ class LocalEnvs:
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
         self._envs = SlotEnvs(spec, self.env_kwargs)
         self._max_steps = spec.max_episode_steps
+        self._inflight: list | None = None
         self.n = 0
         try:
             self.resize(n)
@@ -521,6 +522,8 @@ class LocalEnvs:
 
     def step_many_finish(self):
         out, self._inflight = self._inflight, None
+        if out is None:
+            raise RuntimeError("no step_many_start in flight")
         return out
 
     def user_prompt(self, i, obs, info, history, t, h):

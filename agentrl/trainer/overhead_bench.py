@@ -150,11 +150,13 @@ def bench_overhead(repeats: int = 3, steps: int = 1, tokens: int = 24, rows: int
     ours, theirs = build_pair(model_dir, tmp, tokens, rows, group, env_workers)
     for tr in (ours, theirs):
         tr.args.max_steps = 1 + steps
+    shares: list[float] = []
     for _ in range(repeats):
         for tr in (theirs, ours):
             n0 = len(tr.clock.steps)
             tr.train()
             del tr.clock.steps[n0]  # the warm-up step of this call
+        shares += [h["rows/real_token_share"] for h in ours.state.log_history if "rows/real_token_share" in h]
 
     def med(tr, key):
         return statistics.median(s[key] for s in tr.clock.steps)
@@ -165,6 +167,7 @@ def bench_overhead(repeats: int = 3, steps: int = 1, tokens: int = 24, rows: int
         res[name] = {k: round(med(tr, k), 4) for k in ("step", "generation", "update", "rest")}
         res[name]["steps"] = [round(s["step"], 4) for s in tr.clock.steps]
         res[name]["prompt_widths"] = tr.clock.widths
+    res["agentrl"]["real_token_share"] = round(statistics.median(shares), 3) if shares else None
     res["ratio"] = round(res["agentrl"]["step"] / res["trl"]["step"], 3)
     res["ratio_generation"] = round(res["agentrl"]["generation"] / res["trl"]["generation"], 3)
     res["ratio_update"] = round(res["agentrl"]["update"] / res["trl"]["update"], 3)
@@ -178,4 +181,5 @@ def print_overhead(res: dict[str, Any]) -> None:
         print(f"{name:<10} {r['step']:>8.3f} {r['generation']:>13.3f} {r['update']:>9.3f} {r['rest']:>8.3f}")
     print(f"agentrl / trl: step {res['ratio']:.3f}x, generation {res['ratio_generation']:.3f}x, "
           f"update {res['ratio_update']:.3f}x ({res['rows']} rows, {res['tokens']} new tokens, medians of "
-          f"{res['repeats']} repeats x {res['steps_per_repeat']} steps)")
+          f"{res['repeats']} repeats x {res['steps_per_repeat']} steps); agentrl's update real-token share "
+          f"{res['agentrl']['real_token_share']}")
