@@ -136,7 +136,8 @@ def run_one(r: RunSpec) -> dict[str, Any]:
     if not (run_dir / "train" / f"checkpoint-{r.steps}").is_dir():
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         with (run_dir / "train.log").open("a") as log:
-            rc = subprocess.call(train_argv(r), stdout=log, stderr=subprocess.STDOUT, env=env)
+            rc = subprocess.call(train_argv(r), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 preexec_fn=die_with_parent)
         if rc:
             raise RuntimeError(f"run {r.contender.label} seed {r.seed} failed (exit {rc}); see {run_dir / 'train.log'}")
     train_s = time.time() - t0
@@ -204,7 +205,19 @@ def _pool_run(specs: list[RunSpec], workers: int) -> list[dict[str, Any]]:
     return results
 
 
+def die_with_parent() -> None:
+    """Linux: have the kernel send SIGTERM to this process when its parent exits. Without it a
+    killed arena leaves its training subprocesses running, and the rerun that resumes the arena
+    starts a second trainer writing into the same run folder."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 def _worker_init() -> None:
+    die_with_parent()
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
 

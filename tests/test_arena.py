@@ -8,8 +8,10 @@ cannot show learning (the full arena is a benchmark: `make arena`).
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,34 @@ def test_arena_quick_race(tmp_path):
     # rerunning the same command skips finished runs (no new training) and gives the same table
     p2 = _arena(args)
     assert p2.returncode == 0 and (out / "arena.md").read_text() == md
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_a_killed_arena_takes_its_training_processes_with_it(tmp_path):
+    """A SIGKILLed parent (the arena or a pool worker) must not leave its child (a trainer)
+    running: the resumed arena would start a second trainer on the same run folder."""
+    pid_file = tmp_path / "child.pid"
+    parent_code = (
+        "import subprocess, sys, time\n"
+        "from agentrl.arena import die_with_parent\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], preexec_fn=die_with_parent)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=str(REPO))
+    deadline = time.time() + 60
+    while not (pid_file.is_file() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    os.kill(child, 0)  # running
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the child outlived its killed parent")
