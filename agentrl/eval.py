@@ -18,6 +18,17 @@ checkpoint folder.
 Task seeds are ``seed_start .. seed_start+episodes-1`` (or ``--seeds 3,5,8``): the same seeds give
 the same tasks, so two checkpoints evaluated with the same flags saw the same episodes.
 Success is the env's ``won`` flag; score is the mean final-step reward x 100 (WebShop's score).
+
+Tool-using reasoning (``agentrl/ToolReason-v0``) is reported in APPO's Table 1 shape instead: one
+column per task family (benchmark) with accuracy (math, verified) or mean token-F1 (QA) x 100
+and an Avg column (the unweighted mean over families, as the paper averages benchmarks), then
+tool calls per episode (python / search) and the format-error rate per family. To evaluate on a
+local benchmark file, name it with ``--dataset NAME=PATH`` (repeatable; NAME is a math benchmark
+of ``agentrl.tasks.benchmarks`` or a QA dataset of ``agentrl.tasks.qa``): every problem of the
+file is played once, in file order, and ``--families`` defaults to the datasets named::
+
+    agentrl eval --checkpoint runs/appo/x/checkpoint-200 --env agentrl/ToolReason-v0 \
+        --dataset gsm8k=data/gsm8k_test.jsonl --dataset hotpotqa=data/hotpot_dev.jsonl
 """
 
 from __future__ import annotations
@@ -37,9 +48,23 @@ class EvalError(Exception):
     """Bad eval input: reported as one line, exit code 2."""
 
 
+# tool-reasoning numbers of a cell: cell key -> (episode_metrics key, scale)
+TOOL_CELL = {
+    "task_score": ("env/task_score", 100.0), "task_score_se": ("env/task_score_se", 100.0),
+    "accuracy": ("env/accuracy", 100.0), "accuracy_se": ("env/accuracy_se", 100.0),
+    "f1": ("env/f1", 100.0), "f1_se": ("env/f1_se", 100.0),
+    "python_calls": ("env/tool_calls/python", 1.0), "search_calls": ("env/tool_calls/search", 1.0),
+    "tool_calls": ("env/tool_calls", 1.0),
+    "format_error_rate": ("env/format_error_rate", 1.0), "format_error_rate_se": ("env/format_error_rate_se", 1.0),
+}
+
+
 def cell(metrics: dict[str, float]) -> dict[str, float]:
-    """One table cell from ``agentrl.rollout.metrics.episode_metrics``: rates in points (x 100)."""
-    return {
+    """One table cell from ``agentrl.rollout.metrics.episode_metrics``: rates in points (x 100);
+    tool-reasoning episodes add ``TOOL_CELL``'s keys (scores in points, calls per episode,
+    format-error rate as a fraction)."""
+    tools = {k: scale * metrics[m] for k, (m, scale) in TOOL_CELL.items() if m in metrics}
+    return tools | {
         "episodes": int(metrics["env/episodes"]),
         "success": 100.0 * metrics["env/success"],
         "success_se": 100.0 * metrics["env/success_se"],  # binomial standard error, in points
@@ -58,10 +83,13 @@ class EvalResult:
     per_family: dict[str, dict[str, float]] = field(default_factory=dict)
     all: dict[str, float] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    avg: dict[str, float] = field(default_factory=dict)
+    """Tool reasoning: the unweighted mean of the families' ``task_score`` (APPO's Avg) and its
+    s.e. sqrt(sum se^2) / k; empty for other envs."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"checkpoint": self.checkpoint, "env_id": self.env_id, "split": self.split,
-                "per_family": self.per_family, "all": self.all, "settings": self.settings}
+                "per_family": self.per_family, "all": self.all, "avg": self.avg, "settings": self.settings}
 
 
 def summarize(episodes, checkpoint: str, env_id: str, split: str, settings: dict) -> EvalResult:
@@ -71,8 +99,15 @@ def summarize(episodes, checkpoint: str, env_id: str, split: str, settings: dict
     summ = [episode_summary(ep) for ep in episodes]
     fams = sorted({s["family"] or "all" for s in summ})
     per_family = {f: cell(episode_metrics([s for s in summ if (s["family"] or "all") == f])) for f in fams}
+    scored = [c for c in per_family.values() if "task_score" in c]
+    avg = {}
+    if scored:
+        k = len(scored)
+        avg = {"task_score": sum(c["task_score"] for c in scored) / k,
+               "task_score_se": sum(c["task_score_se"] ** 2 for c in scored) ** 0.5 / k,
+               "families": k, "episodes": sum(c["episodes"] for c in scored)}
     return EvalResult(checkpoint=checkpoint, env_id=env_id, split=split, per_family=per_family,
-                      all=cell(episode_metrics(summ)), settings=settings)
+                      all=cell(episode_metrics(summ)), settings=settings, avg=avg)
 
 
 def markdown_table(results: list[EvalResult], metric: str = "success") -> str:
@@ -90,6 +125,43 @@ def markdown_table(results: list[EvalResult], metric: str = "success") -> str:
         cells.append(f"{r.all[metric]:.1f} ({r.all['episodes']})")
         rows.append(f"| {labels[r.checkpoint]} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def has_tool_scores(results: list[EvalResult]) -> bool:
+    """Whether the results are tool-reasoning ones (printed by ``tool_tables``)."""
+    return bool(results) and all(r.avg for r in results)
+
+
+def _metric_label(results: list[EvalResult], fam: str) -> str:
+    kinds = {k for r in results for k in ("accuracy", "f1") if k in r.per_family.get(fam, {})}
+    return {"accuracy": "acc", "f1": "F1"}.get(next(iter(kinds)), "") if len(kinds) == 1 else "acc/F1"
+
+
+def tool_tables(results: list[EvalResult]) -> str:
+    """APPO's Table 1 shape: rows = checkpoints, columns = task families + Avg, cells
+    'accuracy or F1 x 100 (episodes)'; then tool calls per episode 'python / search' and the
+    format-error rate per family + All."""
+    fams = sorted({f for r in results for f in r.per_family})
+    labels = row_labels([r.checkpoint for r in results])
+    sep = "|" + "---|" * (len(fams) + 2)
+
+    def table(title, heads, last, fmt, final):
+        rows = [title, "", "| checkpoint | " + " | ".join(heads + [last]) + " |", sep]
+        for r in results:
+            cells = [fmt(r.per_family[f]) if f in r.per_family else "-" for f in fams]
+            rows.append(f"| {labels[r.checkpoint]} | " + " | ".join(cells + [final(r)]) + " |")
+        return "\n".join(rows)
+
+    score = table("Accuracy (math, verified) / token-F1 (QA), x 100:",
+                  [f"{f} ({_metric_label(results, f)})" for f in fams], "Avg",
+                  lambda c: f"{c['task_score']:.1f} ({c['episodes']})",
+                  lambda r: f"{r.avg['task_score']:.1f} ({r.avg['episodes']})")
+    calls = table("Tool calls per episode (python / search):", fams, "All",
+                  lambda c: f"{c['python_calls']:.2f} / {c['search_calls']:.2f}",
+                  lambda r: f"{r.all['python_calls']:.2f} / {r.all['search_calls']:.2f}")
+    fmt_err = table("Format-error rate (episodes ending on a bad format or without an answer):", fams, "All",
+                    lambda c: f"{c['format_error_rate']:.2f}", lambda r: f"{r.all['format_error_rate']:.2f}")
+    return "\n\n".join([score, calls, fmt_err])
 
 
 def row_labels(checkpoints: list[str]) -> dict[str, str]:
@@ -218,10 +290,18 @@ def evaluate(
     model_and_tokenizer=None,
     progress: bool = False,
     verbose: bool = False,
+    datasets: dict[str, str] | None = None,
+    policy=None,
 ) -> EvalResult:
     """Evaluate a checkpoint; ``temperature=0`` is greedy decoding. A rollout setting left None
     is the checkpoint's training value (``resolve_settings``); ``verbose`` prints the settings
-    used and the warnings."""
+    used and the warnings.
+
+    ``datasets`` ({family: local file}) adds dataset families to the env kwargs' ``datasets`` for
+    ``split`` and plays every task of each file once (``seeds``/``episodes`` are then unused;
+    ``families`` defaults to these names). ``policy`` = (generate, tokenizer) plays instead of a
+    model: ``generate`` maps a list of prompt token-id lists to completion token-id lists
+    (``run_episodes``' contract), e.g. a scripted or expert policy."""
 
     import agentrl.envs  # noqa: F401  (registers agentrl/* ids)
     from agentrl.envs.probe import probe_task
@@ -236,6 +316,9 @@ def evaluate(
             print(w, file=sys.stderr, flush=True)
     v = st.values
     env_id = v["env_id"]
+    if datasets:
+        v["env_kwargs"] = with_datasets(v["env_kwargs"], datasets, split)
+        families = list(families or datasets)
     if st.env_modules:
         import importlib
 
@@ -247,22 +330,62 @@ def evaluate(
         options["families"] = list(families)
     try:  # one reset first: a bad split or family fails in one line, not as 0% over failed resets
         probe_task(env_id, v["env_kwargs"], seeds[0], options)
+        all_tasks = dataset_episodes(env_id, v["env_kwargs"], split, families) if datasets else None
     except ValueError as e:
         raise EvalError(str(e)) from None
-    model, tok = model_and_tokenizer or load_policy(checkpoint)
-    generate = hf_generate_fn(model, tok, max_new_tokens=v["max_new_tokens"],
-                              temperature=temperature if temperature > 0 else 1.0,
-                              do_sample=temperature > 0)
+    if policy is not None:
+        generate, tok = policy
+    else:
+        model, tok = model_and_tokenizer or load_policy(checkpoint)
+        generate = hf_generate_fn(model, tok, max_new_tokens=v["max_new_tokens"],
+                                  temperature=temperature if temperature > 0 else 1.0,
+                                  do_sample=temperature > 0)
     rollout = RolloutSettings(env_id, env_kwargs=dict(v["env_kwargs"] or {}), context_mode=v["context_mode"],
                               history_length=v["history_length"], max_turns=v["max_turns"],
                               max_prompt_tokens=v["max_prompt_tokens"], prefill=v["prefill"], progress=progress)
+    if all_tasks is None:
+        all_tasks = [{"seed": s, "options": options, "group_id": f"eval-{s}"} for s in seeds]
+    else:
+        seeds = [t["seed"] for t in all_tasks]
     eps = []
-    for i in range(0, len(seeds), batch_size):
-        tasks = [{"seed": s, "options": options, "group_id": f"eval-{s}"} for s in seeds[i:i + batch_size]]
-        eps += run_episodes(tasks, generate, tok, rollout)
-    settings = {"episodes": len(seeds), "seeds": seeds, "families": families, "temperature": temperature,
+    for i in range(0, len(all_tasks), batch_size):
+        eps += run_episodes(all_tasks[i:i + batch_size], generate, tok, rollout)
+    settings = {"episodes": len(all_tasks), "seeds": seeds, "families": families, "temperature": temperature,
+                "datasets": datasets,
                 **v, "settings_from": st.source, "overridden": st.overridden, "warnings": st.warnings}
     return summarize(eps, checkpoint, env_id, split, settings)
+
+
+def with_datasets(env_kwargs: dict | None, datasets: dict[str, str], split: str) -> dict:
+    """``env_kwargs`` with each ``{family: path}`` of ``datasets`` added as a dataset family read
+    from that file for ``split`` (ToolReason's ``datasets`` kwarg, ``sources`` module)."""
+    kw = dict(env_kwargs or {})
+    spec = {f: dict(s) for f, s in (kw.get("datasets") or {}).items()}
+    for fam, path in datasets.items():
+        if not os.path.isfile(path):
+            raise EvalError(f"--dataset {fam}: file not found: {path}")
+        spec[fam] = {**spec.get(fam, {}), split: {"path": str(path)}}
+    kw["datasets"] = spec
+    return kw
+
+
+def dataset_episodes(env_id: str, env_kwargs: dict, split: str, families: list[str]) -> list[dict]:
+    """One rollout task per problem of each family, in file order (reset by ``task_id``)."""
+    from agentrl.envs.probe import make_env
+
+    env = make_env(env_id, env_kwargs)
+    try:
+        if not hasattr(env.unwrapped, "tasks"):
+            raise ValueError(f"--dataset needs an env with dataset families (agentrl/ToolReason-v0), not {env_id}")
+        out = []
+        for fam in families:
+            for t in env.unwrapped.tasks(split, fam):
+                n = len(out)
+                out.append({"seed": n, "group_id": f"eval-{fam}-{n}",
+                            "options": {"split": split, "families": [fam], "task_id": t.id}})
+        return out
+    finally:
+        env.close()
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
@@ -275,6 +398,9 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seeds", default=None, help="comma-separated task seeds (overrides --episodes)")
     p.add_argument("--seed-start", type=int, default=0, help="first task seed")
     p.add_argument("--families", default=None, help="comma-separated task families to keep")
+    p.add_argument("--dataset", action="append", default=None, metavar="NAME=PATH",
+                   help="ToolReason: evaluate every problem of a local benchmark file (e.g. gsm8k=test.jsonl, "
+                        "hotpotqa=dev.jsonl) as family NAME; repeatable")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (SALT uses 0.4)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding (same as --temperature 0)")
     p.add_argument("--out", default=None, help="write the results JSON here")
@@ -303,6 +429,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise EvalError(f"--{flag.replace('_', '-')} must be >= 1")
         if args.history_length is not None and args.history_length < 0:
             raise EvalError("--history-length must be >= 0")
+        datasets = None
+        for d in args.dataset or []:
+            name, eq, path = d.partition("=")
+            if not eq or not name.strip() or not path.strip():
+                raise EvalError(f"--dataset takes NAME=PATH (e.g. gsm8k=data/test.jsonl), got {d!r}")
+            datasets = {**(datasets or {}), name.strip(): path.strip()}
     except (json.JSONDecodeError, ValueError, EvalError) as e:
         print(f"agentrl eval: bad argument: {e}", file=sys.stderr)
         return 2
@@ -319,12 +451,12 @@ def main(argv: list[str] | None = None) -> int:
                                     max_new_tokens=args.max_new_tokens, env_kwargs=env_kwargs,
                                     context_mode=args.context_mode, history_length=args.history_length,
                                     prefill=args.prefill, max_turns=args.max_turns,
-                                    max_prompt_tokens=args.max_prompt_tokens,
+                                    max_prompt_tokens=args.max_prompt_tokens, datasets=datasets,
                                     progress=sys.stderr.isatty(), verbose=True))
     except (EvalError, ValueError) as e:
         print(f"agentrl eval: {e}", file=sys.stderr)
         return 2
-    print(markdown_table(results, "success"))
+    print(tool_tables(results) if has_tool_scores(results) else markdown_table(results, "success"))
     errors = sum(r.all.get("error_episodes", 0) for r in results)
     if errors:
         print(f"\nwarning: {errors} episode(s) ended on an env error (counted as failures; see the JSON)")

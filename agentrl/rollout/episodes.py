@@ -139,6 +139,12 @@ class Slot:
     """The prompt sent this turn."""
 
 
+def _record_info(info: dict[str, Any]) -> dict[str, Any]:
+    """The env's ``info["record_info"]``: a small dict it wants kept on the StepRecord (metrics)."""
+    extra = info.get("record_info")
+    return dict(extra) if isinstance(extra, dict) else {}
+
+
 def run_episodes(tasks: Sequence[dict[str, Any]], generate: GenerateFn, tokenizer, settings: RolloutSettings,
                  envs: EnvBatch | None = None, timing: RolloutTiming | None = None) -> list[Episode]:
     """Play one episode per task; return them in task order.
@@ -304,7 +310,8 @@ class _Rollout:
             state_sig=s.info.get("state_sig"), action_sig=info.get("action_sig"),
             task_family=ep.task_family, valid=valid,
             # the raw response too: what the model wrote, even when the action parsed (agentrl show)
-            info={"prompt_tokens": len(s.prompt or []), "response": response},
+            # plus the env's ``record_info`` (small scalars for metrics, e.g. ToolReason's tool/score)
+            info={"prompt_tokens": len(s.prompt or []), "response": response, **_record_info(info)},
             # the env's invalid-action penalty, already inside ``reward`` (credit's penalty="step")
             penalty=float(info.get("penalty", 0.0)),
         )

@@ -10,6 +10,19 @@ across ranks) and returns the numbers under the names the trainer logs:
 * ``env/error_episodes``: episodes an env or prompt error ended (counted as failures);
 * ``env/return``: mean summed reward; ``env/score``: mean final-step reward (WebShop's score);
 * ``env/truncated_frac``; ``env/success/<family>`` per task family.
+
+Tool-using reasoning tasks (ToolReason: steps whose ``info`` carries ``task_kind``, see
+``tool_summary``) add APPO's numbers over those episodes:
+
+* ``env/task_score`` (+ ``_se``): per episode the verified correctness (math) or the answer's
+  token-F1 (QA), 0 without an answer; ``env/accuracy`` / ``env/f1`` (+ ``_se``) over the math /
+  QA episodes alone (only when there are some);
+* ``env/tool_calls/python``, ``env/tool_calls/search``, ``env/tool_calls``: calls that ran, per
+  episode (a call past the limit runs nothing and is not counted);
+* ``env/format_error_rate`` (+ ``_se``): episodes that ended on a bad format or with no answer
+  within the turn limit.
+
+Standard errors are sqrt(var / n) with the population variance (the binomial s.e. for 0/1).
 """
 
 from __future__ import annotations
@@ -18,15 +31,74 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+TOOLS = ("python", "search")
+
 
 def episode_summary(ep: Any) -> dict[str, Any]:
     """The few numbers of an Episode that the metrics need (small enough to gather across ranks)."""
     if isinstance(ep, dict):
         return ep
-    return {"won": bool(ep.won), "length": int(ep.length), "invalid": int(ep.n_invalid),
-            "error": getattr(ep, "error", None) is not None, "truncated": bool(getattr(ep, "truncated", False)),
-            "family": getattr(ep, "task_family", None), "ret": float(getattr(ep, "return_", 0.0)),
-            "final_reward": float(ep.steps[-1].reward) if getattr(ep, "steps", None) else 0.0}
+    out = {"won": bool(ep.won), "length": int(ep.length), "invalid": int(ep.n_invalid),
+           "error": getattr(ep, "error", None) is not None, "truncated": bool(getattr(ep, "truncated", False)),
+           "family": getattr(ep, "task_family", None), "ret": float(getattr(ep, "return_", 0.0)),
+           "final_reward": float(ep.steps[-1].reward) if getattr(ep, "steps", None) else 0.0}
+    tools = tool_summary(ep)
+    if tools is not None:
+        out["tools"] = tools
+    return out
+
+
+def tool_summary(ep: Any) -> dict[str, Any] | None:
+    """APPO's per-episode numbers from the steps' ``info`` (the env's ``record_info``), or None
+    when the episode is not a tool-reasoning one:
+
+    ``kind`` (``math`` / ``qa``), ``task_score`` (math: the env's ``won``, i.e. math-verify
+    correctness; QA: the answer's token-F1; 0 without an answer or after an env error),
+    ``calls`` ({tool: calls that ran}) and ``format_error`` (any step flagged)."""
+    infos = [r.info for r in (getattr(ep, "steps", None) or []) if "task_kind" in (r.info or {})]
+    if not infos:
+        return None
+    kind = infos[-1]["task_kind"]
+    calls = dict.fromkeys(TOOLS, 0)
+    for i in infos:
+        if i.get("tool"):
+            calls[i["tool"]] = calls.get(i["tool"], 0) + 1
+    answered = [i["answer_score"] for i in infos if i.get("answer_score") is not None]
+    failed = getattr(ep, "error", None) is not None
+    if kind == "math":
+        score = float(bool(ep.won))
+    else:
+        score = 0.0 if failed or not answered else float(answered[-1])
+    return {"kind": kind, "task_score": score, "calls": calls,
+            "format_error": any(bool(i.get("format_error")) for i in infos)}
+
+
+def mean_se(xs: list[float]) -> tuple[float, float]:
+    """Mean and its standard error sqrt(var / n) (population variance; (0, 0) when empty)."""
+    if not xs:
+        return 0.0, 0.0
+    m = sum(xs) / len(xs)
+    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs) / len(xs))
+
+
+def tool_metrics(summaries: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """``env/task_score``, ``env/accuracy``, ``env/f1``, tool calls and format-error rate (module
+    docstring) over the summaries that carry ``tools``; {} when none does."""
+    ts = [s["tools"] for s in summaries if s.get("tools")]
+    if not ts:
+        return {}
+    out: dict[str, float] = {}
+    out["env/task_score"], out["env/task_score_se"] = mean_se([t["task_score"] for t in ts])
+    for kind, name in (("math", "accuracy"), ("qa", "f1")):
+        xs = [t["task_score"] for t in ts if t["kind"] == kind]
+        if xs:
+            out[f"env/{name}"], out[f"env/{name}_se"] = mean_se(xs)
+    tools = sorted({k for t in ts for k in t["calls"]})
+    for tool in tools:
+        out[f"env/tool_calls/{tool}"] = sum(t["calls"].get(tool, 0) for t in ts) / len(ts)
+    out["env/tool_calls"] = sum(sum(t["calls"].values()) for t in ts) / len(ts)
+    out["env/format_error_rate"], out["env/format_error_rate_se"] = mean_se([float(t["format_error"]) for t in ts])
+    return out
 
 
 def success_se(p: float, n: int) -> float:
@@ -60,4 +132,5 @@ def episode_metrics(episodes: Iterable[Any]) -> dict[str, float]:
     for fam in sorted({s["family"] for s in summ if s["family"]}):
         won = [s["won"] for s in summ if s["family"] == fam]
         out[f"env/success/{fam}"] = sum(won) / len(won)
+    out.update(tool_metrics(summ))
     return out

@@ -21,6 +21,11 @@ Episode rules: at most ``tool_call_limit`` (3) calls are executed; a call beyond
 reaching ``max_turns`` (limit + 2) without an answer. The reward of the final turn is the
 episode's whole return (APPO's reward); earlier turns get 0. ``step`` never raises on model output.
 
+Each step's ``info["record_info"]`` holds what the eval table and the episode metrics need
+(the rollout copies it into the StepRecord's ``info``): ``task_kind`` (math / qa), ``tool``
+(the tool a call ran, None when none ran), ``format_error`` and, on an answer,
+``answer_score`` (verified 0/1 or token-F1); ``agentrl.rollout.metrics.tool_summary`` reads it.
+
 ``reset`` picks the family from ``families`` and the task from the split with ``seed``
 (``random.Random(seed)``), so the same seed gives the same task; ``options={"task_id": ...}``
 picks one task by id. ``snapshot``/``restore`` carry the counters a branch continuation needs
@@ -146,6 +151,7 @@ class ToolReasonEnv(TextEnv):
         text = response if isinstance(response, str) else str(response)
         turn = F.parse_turn(text)
         extra: dict[str, Any] = {"format_error": turn.kind is None}
+        ran = None
         if self._done:
             obs, reward, terminated, valid = "The episode is over.", 0.0, True, False
         elif turn.kind is None:
@@ -158,11 +164,15 @@ class ToolReasonEnv(TextEnv):
             obs, reward, terminated, valid = "No answer within the turn limit.", F.FORMAT_PENALTY, True, True
             extra["format_error"] = True
         else:
+            calls = self._calls
             obs, reward, terminated, valid = self._tool(turn), 0.0, False, True
+            ran = turn.kind if self._calls > calls else None
         self._done = self._done or terminated
         self._won = bool(extra.pop("won", self._won))
         self._obs = to_printable(obs)
         action = None if turn.kind is None else f"{turn.kind}: {turn.body}"
+        extra["record_info"] = {"task_kind": self.task.kind if self.task else None, "tool": ran,
+                                "format_error": bool(extra["format_error"]), "answer_score": extra.get("score")}
         info = self._info(action=action, valid=valid, extra={**extra, **self._counters()})
         return self._obs, float(reward), bool(terminated), False, info
 
