@@ -224,6 +224,17 @@ def _worker_init() -> None:
     torch.set_num_threads(1)
 
 
+def _check_contender(cfg) -> None:
+    """What ``agentrl.train`` would refuse for this contender, raised before any run starts
+    (e.g. bipace_q's fingerprint layer on a model with fewer blocks): a RecipeError."""
+    from agentrl.config import validate_config
+    from agentrl.trainer.agent_trainer import _check_fingerprint_layer, credit_kwargs, credit_requirements
+
+    validate_config(cfg)
+    if "fingerprint" in credit_requirements(cfg.credit, credit_kwargs(cfg)) and Path(cfg.model_name_or_path).is_dir():
+        _check_fingerprint_layer(cfg.model_name_or_path, cfg.fingerprint_layer)
+
+
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="agentrl arena", description=__doc__.split("\n\n")[0])
     p.add_argument("recipe", help="training recipe (YAML); only credit, credit_kwargs and seed vary")
@@ -267,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
             extra += [f"--{k}", v]
         overrides = list(extra) + (["--model_name_or_path", args.warm_start] if args.warm_start else [])
         cfg = load_recipe(args.recipe, overrides)
+        for c in contenders:  # every contender's recipe is checked before any run starts
+            _check_contender(load_recipe(args.recipe, overrides + [
+                "--credit", c.credit, "--credit_kwargs", json.dumps(dict(c.kwargs))]))
     except (ArenaError, RecipeError) as e:
         print(f"agentrl arena: {e}", file=sys.stderr)
         return 2

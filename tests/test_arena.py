@@ -95,6 +95,21 @@ def test_arena_bad_input_is_one_line():
     assert p.stderr.strip().count("\n") == 0 and "nosuch" in p.stderr
 
 
+def test_arena_checks_every_contender_before_any_run(tmp_path):
+    """bipace_q needs a fingerprint layer the 2-block model has: the arena refuses up front
+    (one line, exit 2, no run started) instead of failing that estimator's runs later."""
+    from agentrl.models import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "warm", vocab_size=400, hidden_size=32, num_layers=2, num_heads=2,
+                             num_kv_heads=1)
+    out = tmp_path / "arena"
+    p = _arena(["recipes/textcraft_grpo_tiny_cpu.yaml", "--estimators", "grpo,bipace_q", "--warm-start", str(model),
+                "--out", str(out)])
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "fingerprint_layer -8" in p.stderr, p.stderr
+    assert not (out / "runs").exists()
+
+
 @pytest.mark.slow
 def test_arena_quick_race(tmp_path):
     import torch
