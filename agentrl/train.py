@@ -99,7 +99,7 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
     from transformers import AutoTokenizer
 
     from agentrl.models import resolve_model
-    from agentrl.trainer import AgentGRPOTrainer
+    from agentrl.trainer import AgentGRPOTrainer, CollabTrainer
 
     model_path = resolve_model(cfg.model_name_or_path)
     try:
@@ -108,7 +108,8 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
         raise RecipeError(f"cannot load the tokenizer of {cfg.model_name_or_path}: {first_line(e)}") from None
     if tok.chat_template is None:
         raise RecipeError(f"the tokenizer of {model_path} has no chat template")
-    trainer = AgentGRPOTrainer(model=model_path, args=cfg, processing_class=tok,
+    cls = CollabTrainer if cfg.collab else AgentGRPOTrainer
+    trainer = cls(model=model_path, args=cfg, processing_class=tok,
                                peft_config=build_peft_config(cfg), hooks=hooks)
     _install_callbacks(trainer)
     return trainer

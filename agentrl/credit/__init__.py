@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..records import REQUIRED_FIELDS, StepRecord
-from . import estimators, history, rtmc, salt  # noqa: F401  (each registers its estimators)
+from . import collab_records, estimators, history, rtmc, salt  # noqa: F401  (each registers its estimators)
 from .batch import Batch
 from .registry import REGISTRY, CreditResult, lookup, register, resolve
 
