@@ -19,10 +19,32 @@ import argparse
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 KEYS = {"step_s": "step_time", "joint_s": "collab/joint_s", "counterfactual_s": "collab/counterfactual_s",
-        "rating_s": "collab/rating_s", "update_s": "time/update_s", "credit_s": "time/credit_s"}
+        "rating_s": "collab/rating_s", "update_s": "time/update_s", "credit_s": "time/credit_s",
+        "step_cpu_s": "step_cpu_s", "joint_cpu_s": "collab/joint_cpu_s",
+        "counterfactual_cpu_s": "collab/counterfactual_cpu_s", "rating_cpu_s": "collab/rating_cpu_s"}
+
+
+class _CpuClock:
+    """Process CPU seconds of each optimizer step (generation included: TRL generates inside the
+    step), logged as ``step_cpu_s``."""
+
+    def __init__(self):
+        from transformers import TrainerCallback
+
+        clock = self
+
+        class Cb(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kw):
+                clock.t = time.process_time()
+
+            def on_step_end(self, args, state, control, **kw):
+                clock.steps.append(time.process_time() - clock.t)
+
+        self.t, self.steps, self.callback = 0.0, [], Cb()
 
 
 def run_one(model: str, credit: str, a: argparse.Namespace, out: Path) -> dict:
@@ -43,16 +65,25 @@ def run_one(model: str, credit: str, a: argparse.Namespace, out: Path) -> dict:
         disable_tqdm=True, learning_rate=1e-5, seed=0)
     validate_config(cfg)
     tr = build_trainer(cfg)
+    clock = _CpuClock()
+    tr.add_callback(clock.callback)
     tr.train()
     logs = [h for h in tr.state.log_history if "step_time" in h]
+    for h, c in zip(logs, clock.steps, strict=False):
+        h["step_cpu_s"] = c
     later = logs[1:] or logs
     row = {"credit": credit, "steps_timed": len(later)}
     for k, m in KEYS.items():
         v = [float(h.get(m, 0.0)) for h in later]
         row[k] = sum(v) / len(v) if v else None
     row["cf_overhead"] = row["counterfactual_s"] / row["joint_s"] if row["joint_s"] else None
+    row["cf_overhead_cpu"] = row["counterfactual_cpu_s"] / row["joint_cpu_s"] if row["joint_cpu_s"] else None
     row["gen_tokens_per_s"] = sum(float(h["gen/tokens_per_s"]) for h in later) / len(later)
     return row
+
+
+def _two(r: dict, k: str) -> str:
+    return f"{r[k + '_s']:.2f} ({r[k + '_cpu_s']:.2f})"
 
 
 def main(argv=None) -> int:
@@ -80,16 +111,14 @@ def main(argv=None) -> int:
 
         model = str(build_tiny_model(tmp / "tiny", hidden_size=64, num_layers=2))
     rows = [run_one(model, c.strip(), a, tmp) for c in a.credits.split(",") if c.strip()]
-    base = next((r["step_s"] for r in rows if r["credit"] == "shared"), None)
     print(f"\nThink-Solve, model {a.model}, {a.policies} policies, {a.rollouts} collaborations x "
-          f"{a.max_new_tokens} new tokens per role, {torch.get_num_threads()} threads")
-    print(f"{'credit':<8} {'s/step':>7} {'vs shared':>9} {'joint':>7} {'solo cf':>7} {'ratings':>7} "
-          f"{'update':>7} {'cf/joint':>8}")
+          f"{a.max_new_tokens} new tokens per role, {torch.get_num_threads()} threads; wall s (CPU s)")
+    print(f"{'credit':<8} {'s/step':>13} {'joint':>13} {'solo cf':>13} {'ratings':>13} {'update':>6} "
+          f"{'cf/joint':>11}")
     for r in rows:
-        rel = f"{r['step_s'] / base:.2f}x" if base else "-"
-        cf = f"{r['cf_overhead']:.2f}" if r["cf_overhead"] is not None else "-"
-        print(f"{r['credit']:<8} {r['step_s']:>7.2f} {rel:>9} {r['joint_s']:>7.2f} {r['counterfactual_s']:>7.2f} "
-              f"{r['rating_s']:>7.2f} {r['update_s']:>7.2f} {cf:>8}")
+        cf = f"{r['cf_overhead']:.2f} ({r['cf_overhead_cpu']:.2f})" if r["cf_overhead_cpu"] is not None else "-"
+        print(f"{r['credit']:<8} {_two(r, 'step'):>13} {_two(r, 'joint'):>13} {_two(r, 'counterfactual'):>13} "
+              f"{_two(r, 'rating'):>13} {r['update_s']:>6.2f} {cf:>11}")
     for r in rows:
         print(json.dumps({"model": a.model, "policies": a.policies, "rollouts": a.rollouts,
                           "max_new_tokens": a.max_new_tokens, **r}))

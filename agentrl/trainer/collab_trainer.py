@@ -27,6 +27,7 @@ the schedule); a resumed run continues the schedule from the checkpoint's step. 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -102,21 +103,28 @@ class CollabTrainer(AgentGRPOTrainer):
         train = self.schedule.trained(self.state.global_step) if self.model.training else ()
         if train:
             self.policies.activate(self.collab.role(train[0]).policy)
-        self.collab_times = {"counterfactual_s": 0.0, "rating_s": 0.0}
-        joint = self.play(self.collab, tasks, "joint", set(train))
+        self.collab_times = {}
+        with self._timed("joint"):
+            joint = self.play(self.collab, tasks, "joint", set(train))
         episodes = [ep for eps in joint for ep in eps]
-        self.collab_times["joint_s"] = time.perf_counter() - t0
-        if self.need_solo:
-            t1 = time.perf_counter()
-            solo = self.play(counterfactual(self.collab, self.collab.roles[0].name), tasks, "solo", set())
-            episodes += [ep for eps in solo for ep in eps]
-            self.collab_times["counterfactual_s"] = time.perf_counter() - t1
-        if self.need_ratings:
-            t1 = time.perf_counter()
-            self.rate(joint)
-            self.collab_times["rating_s"] = time.perf_counter() - t1
+        with self._timed("counterfactual"):
+            if self.need_solo:
+                solo = self.play(counterfactual(self.collab, self.collab.roles[0].name), tasks, "solo", set())
+                episodes += [ep for eps in solo for ep in eps]
+        with self._timed("rating"):
+            if self.need_ratings:
+                self.rate(joint)
         episodes = self.hooks.after_rollout(self, episodes)
         return episodes, time.perf_counter() - t0
+
+    @contextlib.contextmanager
+    def _timed(self, phase: str):
+        """Wall and CPU seconds of a rollout phase (``collab/<phase>_s``, ``collab/<phase>_cpu_s``):
+        on a machine shared with other jobs this process's CPU time is the steadier figure."""
+        t, c = time.perf_counter(), time.process_time()
+        yield
+        self.collab_times[f"{phase}_s"] = time.perf_counter() - t
+        self.collab_times[f"{phase}_cpu_s"] = time.process_time() - c
 
     def play(self, c: Collaboration, tasks: list[dict[str, Any]], part: str, train: set[str]) -> list[list[Episode]]:
         """Play collaboration ``c`` on ``tasks``, role after role; one episode list per role.
