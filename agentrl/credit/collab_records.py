@@ -35,6 +35,8 @@ from .batch import Batch
 from .registry import GAMMA, Out, Param, register
 
 STATE_PREFIX = "ccpo_state/"
+NAMES = ("shared", "ccpo", "ccpo_bonus", "sepo")
+"""The estimators registered here; ``agentrl.credit.available("collab")`` lists them."""
 
 
 @dataclass(frozen=True)

@@ -103,16 +103,16 @@ class CollabTrainer(AgentGRPOTrainer):
         train = self.schedule.trained(self.state.global_step) if self.model.training else ()
         if train:
             self.policies.activate(self.collab.role(train[0]).policy)
-        self.collab_times = {}
+        self.collab_times = {f"{p}{u}": 0.0 for p in ("counterfactual", "rating") for u in ("_s", "_cpu_s")}
         with self._timed("joint"):
             joint = self.play(self.collab, tasks, "joint", set(train))
         episodes = [ep for eps in joint for ep in eps]
-        with self._timed("counterfactual"):
-            if self.need_solo:
+        if self.need_solo:
+            with self._timed("counterfactual"):
                 solo = self.play(counterfactual(self.collab, self.collab.roles[0].name), tasks, "solo", set())
-                episodes += [ep for eps in solo for ep in eps]
-        with self._timed("rating"):
-            if self.need_ratings:
+            episodes += [ep for eps in solo for ep in eps]
+        if self.need_ratings:
+            with self._timed("rating"):
                 self.rate(joint)
         episodes = self.hooks.after_rollout(self, episodes)
         return episodes, time.perf_counter() - t0

@@ -123,3 +123,13 @@ def test_errors_name_what_is_missing(name, recs, needle):
 def test_state_kwarg_is_checked():
     with pytest.raises(ValueError, match="kwarg state: CCPO state_dict needs keys"):
         credit.validate("ccpo", state={"delta": {}})
+
+
+def test_available_separates_step_and_collaboration_estimators():
+    assert credit.available("collab") == ["shared", "ccpo", "ccpo_bonus", "sepo"]
+    assert not set(credit.available()) & set(credit.available("collab"))
+    from agentrl.credit.registry import REGISTRY
+
+    assert credit.available("all") == list(REGISTRY)
+    with pytest.raises(ValueError, match="records='x' must be one of step, collab, all"):
+        credit.available("x")

@@ -172,3 +172,15 @@ def test_recipe_errors_are_one_line(tmp_path, collab_model_dir, kw, needle):
     with pytest.raises(RecipeError) as e:
         make_cfg(tmp_path, collab_model_dir, **kw)
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("credit_name", ["shared", "ccpo_bonus"])
+def test_other_credit_modules_train(tmp_path, collab_model_dir, credit_name):
+    cfg = make_cfg(tmp_path, collab_model_dir, credit=credit_name, max_steps=2, role_block_steps=1)
+    tr = build(cfg)
+    tr.train()
+    h = [h for h in tr.state.log_history if "loss" in h]
+    assert [x["collab/trained_role"] for x in h] == [0, 1] and all(math.isfinite(x["loss"]) for x in h)
+    parts = {r.info["part"] for r in tr.last_rollout["records"]}
+    assert parts == ({"joint", "solo"} if credit_name == "ccpo_bonus" else {"joint"})
+    assert all(x["collab/counterfactual_s"] > 0 for x in h) == (credit_name == "ccpo_bonus")
