@@ -123,8 +123,10 @@ def test_each_policy_changes_only_in_its_own_blocks(tmp_path, collab_model_dir, 
     assert (tmp_path / "final" / "policies" / "thinker").is_dir() and (tmp_path / "final" / "collab.json").is_file()
 
 
-def test_shared_policy_sepo_both_roles_every_step(tmp_path, collab_model_dir):
+def test_shared_policy_sepo_gspo_both_roles_every_step(tmp_path, collab_model_dir):
+    # GSPO's sequence-level ratios, as Table 2 trains SEPO
     cfg = make_cfg(tmp_path, collab_model_dir, credit="sepo", role_schedule="both", max_steps=2,
+                   importance_sampling_level="sequence",
                    env_kwargs={"tasks": ["basic_arithmetic"], "size": 16, "scale": "pm1"})
     tr = build(cfg)
     assert tr.policies.names == ("shared",)
