@@ -1,5 +1,7 @@
-"""Micro-benchmarks. ``python -m agentrl.bench credit --records 100000 --json`` and
-``python -m agentrl.bench envs --episodes 10``.
+"""Micro-benchmarks. ``python -m agentrl.bench credit --records 100000 --json``,
+``python -m agentrl.bench envs --episodes 10``, ``python -m agentrl.bench rollout --env ID``
+(``agentrl/rollout/env_pool_bench.py``) and ``python -m agentrl.bench overhead``
+(``agentrl/trainer/overhead_bench.py``).
 
 ``credit``: times every credit estimator (``agentrl.credit.compute`` end to end, from a list of
 record dicts) on a synthetic batch shaped like ALFWorld: groups of G=8 rollouts of up to 50
@@ -225,13 +227,15 @@ def _main_rollout(args: argparse.Namespace) -> int:
         workers = [int(w) for w in args.workers.split(",")]
     except ValueError:
         workers = [-1]
-    if min(workers) < 0 or args.episodes < 1 or args.repeats < 1:
-        print("error: --workers must be integers >= 0, --episodes and --repeats positive", file=sys.stderr)
+    if (min(workers) < 0 or args.episodes < 1 or args.repeats < 1
+            or not set(args.overlap.split(",")) <= {"none", "halves"}):
+        print("error: --workers must be integers >= 0, --episodes and --repeats positive, --overlap from "
+              "none, halves", file=sys.stderr)
         return 2
     gen, tok = eb.tiny_generate() if args.model == "tiny" else (None, None)
     try:
-        rows = [eb.bench_rollout(args.env, args.episodes, w, args.repeats, args.max_turns, gen, tok)
-                for w in workers]
+        rows = [eb.bench_rollout(args.env, args.episodes, w, args.repeats, args.max_turns, gen, tok, overlap=o)
+                for w in workers for o in args.overlap.split(",")]
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -239,6 +243,26 @@ def _main_rollout(args: argparse.Namespace) -> int:
         print(json.dumps({"results": rows}, indent=1))
     else:
         eb.print_table(rows)
+    return 0
+
+
+def _main_overhead(args: argparse.Namespace) -> int:
+    """``overhead``: agentrl's step over plain TRL's on equal work (``agentrl/trainer/overhead_bench.py``)."""
+    import os
+
+    if min(args.repeats, args.steps, args.tokens, args.rows) < 1 or args.rows % 4:
+        print("error: --repeats, --steps, --tokens must be positive and --rows a positive multiple of 4",
+              file=sys.stderr)
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from agentrl.trainer import overhead_bench as ob
+
+    res = ob.bench_overhead(args.repeats, args.steps, args.tokens, args.rows, env_workers=args.env_workers)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        ob.print_overhead(res)
     return 0
 
 
@@ -266,8 +290,19 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--max-turns", type=int, default=None, help="turn cap (default the env's step limit)")
     r.add_argument("--model", choices=["none", "tiny"], default="none",
                    help="'tiny': a tiny random model generates each turn (its tokens unused)")
+    r.add_argument("--overlap", default="none",
+                   help="comma-separated: none, halves (two halves pipelined: one steps while the other generates)")
     r.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    o = sub.add_parser("overhead", help="agentrl's training step over plain TRL's on equal work (tiny model)")
+    o.add_argument("--repeats", type=int, default=3, help="train() calls per trainer, alternating (default 3)")
+    o.add_argument("--steps", type=int, default=2, help="timed steps per call, after one warm-up (default 2)")
+    o.add_argument("--tokens", type=int, default=24, help="new tokens per row (default 24)")
+    o.add_argument("--rows", type=int, default=32, help="rows per step, 4 generations per task (default 32)")
+    o.add_argument("--env-workers", default="0", help="agentrl's env_workers (default 0: in-process envs)")
+    o.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
+    if args.what == "overhead":
+        return _main_overhead(args)
     if args.what == "rollout":
         return _main_rollout(args)
     if args.what == "envs":

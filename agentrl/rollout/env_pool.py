@@ -269,6 +269,7 @@ class WorkerEnvs:
         self._workers = [_Worker(self._payload) for _ in range(workers)]
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)
         self._lost: dict[int, str] = {}
+        self._inflight: tuple[dict[int, list[int]], list] | None = None
         self._max_steps: int | None = spec.max_episode_steps
         self.n = 0
         self.replaced = 0
@@ -312,6 +313,19 @@ class WorkerEnvs:
         self._finalizer()
 
     # --- beyond the interface ----------------------------------------------------------------
+    def step_many_start(self, items: list[tuple[int, str]]) -> None:
+        """``step_many`` without waiting: the workers step while the caller does other work (e.g.
+        generates for other slots); ``step_many_finish`` returns the results. One at a time, and
+        no other call on the pool in between (a worker is only sent a request when it owes none)."""
+        self._inflight = self._send("step", [(s, str(r)) for s, r in items])
+
+    def step_many_finish(self) -> list[tuple[str, float, bool, bool, dict] | EnvFailure]:
+        """The results of the ``step_many_start`` in flight, in its items' order."""
+        ticket, self._inflight = self._inflight, None
+        if ticket is None:
+            raise RuntimeError("no step_many_start in flight")
+        return self._finish(ticket)
+
     def expert_actions(self, slots: list[int]) -> list[str | None]:
         """Each slot's expert action body (benchmarks, SFT data); raises what the env raised."""
         return [self._unwrap(r) for r in self._run("expert", list(slots))]
@@ -360,8 +374,14 @@ class WorkerEnvs:
     def _run(self, op: str, items: list, decode: bool = True) -> list:
         """Send each worker its items at once; gather the answers in ``items`` order (decoded,
         or as the raw ``(kind, value)`` pairs)."""
+        return self._finish(self._send(op, items), decode)
+
+    def _send(self, op: str, items: list) -> tuple[dict[int, list[int]], list]:
+        """Send each worker its items; the ticket (who owes which positions, the answers so far)."""
         if not self._finalizer.alive:
             raise RuntimeError("WorkerEnvs is closed")
+        if self._inflight is not None:
+            raise RuntimeError("a step_many_start is in flight: step_many_finish first")
         results: list[Any] = [None] * len(items)
         queues: dict[int, list[int]] = {}
         for pos, item in enumerate(items):
@@ -374,7 +394,11 @@ class WorkerEnvs:
             try:
                 self._workers[w].conn.send((op, [items[p] for p in positions]))
             except OSError:
-                pass  # it died between requests: the gathering below finds out
+                pass  # it died between requests: the gathering finds out
+        return queues, results
+
+    def _finish(self, ticket: tuple[dict[int, list[int]], list], decode: bool = True) -> list:
+        queues, results = ticket
         self._gather(queues, results)
         return [self._decode(r) for r in results] if decode else results
 
@@ -445,22 +469,43 @@ class WorkerEnvs:
 
 
 class LocalEnvs:
-    """The same interface in this process (``workers = 0``): the benchmark's baseline.
+    """The same interface in this process (``env_workers: 0``): persistent envs without workers.
 
-    ``agentrl.rollout.env_batch.InProcessEnvs`` is the trainer's in-process path; this one
-    shares ``SlotEnvs`` with the workers so that the benchmark compares transport, not code.
+    The trainer keeps one for the run, as it keeps a pool: envs are made once and reset every
+    iteration. A fresh env per episode costs TextCraft a ``gym.make`` plus gymnasium's env
+    checker, which runs on the first reset and step of every new env (~0.1 s per iteration of
+    32 episodes on the tiny-model setting of ``python -m agentrl.bench overhead``, about 9% of
+    its step). It shares ``SlotEnvs`` with the workers, so the rollout benchmark's baseline
+    compares transport, not code. ``InProcessEnvs`` (a fresh batch per ``run_episodes`` call)
+    stays the default of eval and the demo.
     """
 
     def __init__(self, env_id: str, env_kwargs: dict | None, n: int):
         spec = env_spec(env_id)
-        self._envs = SlotEnvs(spec, env_kwargs or {})
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
+        self._envs = SlotEnvs(spec, self.env_kwargs)
         self._max_steps = spec.max_episode_steps
-        for slot in range(n):
+        self._inflight: list | None = None
+        self.n = 0
+        try:
+            self.resize(n)
+        except ValueError:
+            self.close()
+            raise
+
+    def resize(self, n: int) -> None:
+        """Hold ``n`` slots: make the new ones' envs, close the dropped ones (as ``WorkerEnvs``)."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        for slot in range(n, self.n):
+            self._envs.run("close", slot)
+        for slot in range(self.n, n):
             kind, value = self._envs.run("make", slot)
             if kind != "ok":
-                self.close()
-                raise ValueError(f"cannot make env {env_id!r} with {env_kwargs}: {value}")
+                self.n = max(self.n, slot)
+                raise ValueError(f"cannot make env {self.env_id!r} with {self.env_kwargs}: {value}")
             self._max_steps = value
+        self.n = n
 
     def _do(self, op, items):
         return [WorkerEnvs._decode(self._envs.run(op, it)) for it in items]
@@ -470,6 +515,16 @@ class LocalEnvs:
 
     def step_many(self, items):
         return self._do("step", [(s, str(r)) for s, r in items])
+
+    def step_many_start(self, items):
+        """In this process there is no one to overlap with: the steps run here and now."""
+        self._inflight = self.step_many(items)
+
+    def step_many_finish(self):
+        out, self._inflight = self._inflight, None
+        if out is None:
+            raise RuntimeError("no step_many_start in flight")
+        return out
 
     def user_prompt(self, i, obs, info, history, t, h):
         return self._do("prompt", [(i, obs, info, list(history[-h:]) if h > 0 else [], t, h)])[0]

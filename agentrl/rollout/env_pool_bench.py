@@ -8,6 +8,10 @@ expert's action (asked of the env, not counted as env time) and, with ``--model 
 ``generate`` of the tiny random model on the real prompts (its tokens are thrown away: the expert
 still acts, so every configuration plays the same episodes).
 
+With a model, rollout tokens/s (generated tokens over rollout wall time) is compared with a bare
+batched ``generate`` of the same prompt batches right after the rollout (``bare_ratio``: rollout
+tokens/s over bare tokens/s, 1.0 = the rollout costs nothing beyond generation).
+
 The pool is made once and kept (as a rank keeps it for the run); one warm-up rollout, then the
 median of ``--repeats`` rollouts, each on seeds ``r * episodes + i`` (the same for every W).
 """
@@ -40,6 +44,8 @@ def rollout_once(envs, n: int, seed0: int, max_turns: int, generate=None, tokeni
     go in one batch per turn where the env batch can (``WorkerEnvs.user_prompt_many``)."""
     batched = hasattr(envs, "user_prompt_many")
     env_t, gen_t = _Timer(), _Timer()
+    batches: list[list[list[int]]] = []
+    tokens = 0
     t0 = time.perf_counter()
     with env_t:
         out = envs.reset_many([(s, seed0 + s, {}) for s in range(n)])
@@ -54,7 +60,8 @@ def rollout_once(envs, n: int, seed0: int, max_turns: int, generate=None, tokeni
             if generate is not None:
                 from agentrl.rollout.prompts import chat_text, encode
 
-                generate([encode(tokenizer, chat_text(tokenizer, p) + "<action>") for p in prompts])
+                batches.append([encode(tokenizer, chat_text(tokenizer, p) + "<action>") for p in prompts])
+                tokens += sum(len(c) for c in generate(batches[-1]))
             acts = envs.expert_actions(live)
         with env_t:
             res = envs.step_many([(s, format_action(a or "look")) for s, a in zip(live, acts, strict=True)])
@@ -67,11 +74,82 @@ def rollout_once(envs, n: int, seed0: int, max_turns: int, generate=None, tokeni
             else:
                 state[s] = (r[0], r[4], state[s][2] + [(state[s][0], a or "look")])
     wall = time.perf_counter() - t0
-    return {"wall_s": wall, "env_s": env_t.s, "gen_s": gen_t.s, "turns": turns, "steps": steps, "wins": wins}
+    t0 = time.perf_counter()
+    for b in batches:  # the same prompt batches again, nothing else
+        generate(b)
+    bare = time.perf_counter() - t0
+    return {"wall_s": wall, "env_s": env_t.s, "gen_s": gen_t.s, "turns": turns, "steps": steps, "wins": wins,
+            "tokens": tokens, "bare_s": bare}
+
+
+def rollout_halves(envs, n: int, seed0: int, max_turns: int, generate=None, tokenizer=None) -> dict[str, Any]:
+    """``rollout_once`` with the slots in two halves, pipelined: one half's env steps run in the
+    workers (``step_many_start``) while the other half generates. Env time is the time spent
+    waiting on the envs (blocked), so with overlap it is below the envs' own time."""
+    from agentrl.rollout.prompts import chat_text, encode
+
+    env_t, gen_t = _Timer(), _Timer()
+    tokens = turns = steps = wins = 0
+    t0 = time.perf_counter()
+    with env_t:
+        out = envs.reset_many([(s, seed0 + s, {}) for s in range(n)])
+    state = {s: (r[0], r[1], []) for s, r in enumerate(out) if not isinstance(r, EnvFailure)}
+    halves = [[s for s in sorted(state) if s < n // 2], [s for s in sorted(state) if s >= n // 2]]
+    calls = [0, 0]
+
+    def prepare(h):  # prompts + expert actions of half h (workers idle: nothing in flight)
+        live = [s for s in halves[h] if s in state] if calls[h] < max_turns else []
+        with env_t:
+            asks = [(s, state[s][0], state[s][1], state[s][2], calls[h], 2) for s in live]
+            prompts = envs.user_prompt_many(asks) if hasattr(envs, "user_prompt_many") else [
+                envs.user_prompt(*a) for a in asks]
+        return live, prompts
+
+    def gen(h, live, prompts):
+        nonlocal tokens
+        with gen_t:
+            if generate is not None and live:
+                tokens += sum(len(c) for c in generate(
+                    [encode(tokenizer, chat_text(tokenizer, p) + "<action>") for p in prompts]))
+        calls[h] += 1
+
+    def apply(live, actions, res):
+        nonlocal steps, wins
+        steps += len(live)
+        for s, a, r in zip(live, actions, res, strict=True):
+            if isinstance(r, EnvFailure) or r[2] or r[3]:
+                wins += int(not isinstance(r, EnvFailure) and bool(r[4].get("won")))
+                del state[s]
+            else:
+                state[s] = (r[0], r[4], state[s][2] + [(state[s][0], a or "look")])
+
+    inflight = None  # (live, actions) whose step_many_start is out
+    h = 0
+    live, prompts = prepare(0)
+    while live or inflight is not None:
+        gen(h, live, prompts)  # overlaps the other half's steps in the workers
+        if inflight is not None:
+            with env_t:
+                res = envs.step_many_finish()
+            apply(*inflight, res)
+            inflight = None
+        with env_t:
+            actions = envs.expert_actions(live) if live else []
+        nxt = prepare(1 - h)  # before this half's steps go out: no call while they are in flight
+        if live:
+            with env_t:
+                envs.step_many_start([(s, format_action(a or "look")) for s, a in zip(live, actions, strict=True)])
+            inflight = (live, actions)
+        h = 1 - h
+        live, prompts = nxt
+    turns = max(calls)
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "env_s": env_t.s, "gen_s": gen_t.s, "turns": turns, "steps": steps, "wins": wins,
+            "tokens": tokens, "bare_s": 0.0}
 
 
 def bench_rollout(env_id: str, episodes: int, workers: int, repeats: int, max_turns: int | None,
-                  generate=None, tokenizer=None, timeout_s: float = 300.0) -> dict[str, Any]:
+                  generate=None, tokenizer=None, timeout_s: float = 300.0, overlap: str = "none") -> dict[str, Any]:
     """Median figures over ``repeats`` rollouts with ``workers`` env workers (0 = in-process)."""
     t0 = time.perf_counter()
     envs = LocalEnvs(env_id, {}, episodes) if workers == 0 else WorkerEnvs(
@@ -79,20 +157,27 @@ def bench_rollout(env_id: str, episodes: int, workers: int, repeats: int, max_tu
     create_s = time.perf_counter() - t0
     try:
         turns = max_turns or envs.max_episode_steps() or 30
-        warm = rollout_once(envs, episodes, 10_000, turns, generate, tokenizer)
-        runs = [rollout_once(envs, episodes, r * episodes, turns, generate, tokenizer) for r in range(repeats)]
+        play = rollout_halves if overlap == "halves" else rollout_once
+        warm = play(envs, episodes, 10_000, turns, generate, tokenizer)
+        runs = [play(envs, episodes, r * episodes, turns, generate, tokenizer) for r in range(repeats)]
     finally:
         envs.close()
+
+    bare = all(r["bare_s"] > 0 for r in runs)
 
     def med(key: str) -> float:
         return statistics.median(r[key] for r in runs)
 
     return {
-        "env": env_id, "workers": workers, "episodes": episodes, "repeats": repeats,
+        "env": env_id, "workers": workers, "overlap": overlap, "episodes": episodes, "repeats": repeats,
         "create_s": round(create_s, 3), "warmup_wall_s": round(warm["wall_s"], 3),
         "wall_s": round(med("wall_s"), 3), "env_s": round(med("env_s"), 3), "gen_s": round(med("gen_s"), 3),
         "env_share": round(statistics.median(r["env_s"] / r["wall_s"] for r in runs), 3),
         "env_ms_per_turn": round(1e3 * statistics.median(r["env_s"] / max(r["turns"], 1) for r in runs), 2),
+        "tokens": runs[0]["tokens"],
+        "tok_per_s": round(statistics.median(r["tokens"] / r["wall_s"] for r in runs), 1),
+        "bare_tok_per_s": round(statistics.median(r["tokens"] / r["bare_s"] for r in runs), 1) if bare else None,
+        "bare_ratio": round(statistics.median(r["bare_s"] / r["wall_s"] for r in runs), 3) if bare else None,
         "turns": runs[0]["turns"], "steps": runs[0]["steps"], "wins": runs[0]["wins"],
     }
 
@@ -116,8 +201,10 @@ def tiny_generate(max_new_tokens: int = 16):
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = ["env", "workers", "episodes", "create_s", "wall_s", "env_s", "gen_s", "env_share",
+    cols = ["env", "workers", "overlap", "episodes", "create_s", "wall_s", "env_s", "gen_s", "env_share",
             "env_ms_per_turn", "turns", "steps", "wins"]
-    print(" ".join(f"{c:>15}" if c != "env" else f"{c:<40}" for c in cols))
+    if any(r["tokens"] for r in rows):
+        cols += ["tokens", "tok_per_s", "bare_tok_per_s", "bare_ratio"]
+    print(" ".join(f"{c:>14}" if c != "env" else f"{c:<36}" for c in cols))
     for r in rows:
-        print(" ".join(f"{r[c]!s:>15}" if c != "env" else f"{r[c]:<40}" for c in cols))
+        print(" ".join(f"{r[c]!s:>14}" if c != "env" else f"{r[c]:<36}" for c in cols))

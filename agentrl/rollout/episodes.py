@@ -14,10 +14,16 @@ on); a prompt that does not fit ``max_prompt_tokens`` ends the episode ``truncat
 context decides what "fit" means); an env call that fails (an ``EnvFailure``) or a prompt
 builder that raises ends that episode failed + truncated with ``error`` set. Nothing here
 raises on model output.
+
+Timing: pass a ``RolloutTiming`` and the call adds its wall, env and generation seconds to it
+(the trainer logs them as ``time/rollout_s``, ``time/env_s`` and the env share). Env time is
+every call into the env batch: resets, steps and the env's prompt builders (with env workers
+each of these is a round trip to a worker process).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +49,51 @@ class GenerateOutput:
 
 
 GenerateFn = Callable[[list[list[int]]], "list[list[int]] | GenerateOutput"]
+
+
+@dataclass
+class RolloutTiming:
+    """Seconds spent by ``run_episodes`` calls (each call adds to the fields)."""
+
+    wall_s: float = 0.0
+    """Wall time of the calls, from the first reset to the last episode's end."""
+    env_s: float = 0.0
+    """Time inside the env batch: ``reset_many``, ``step_many`` and the prompt builders."""
+    generate_s: float = 0.0
+    """Time inside the ``generate`` callable (filler rows included)."""
+    fingerprint_s: float = 0.0
+    """Time inside ``settings.fingerprints_after`` (0 when fingerprints come with generate)."""
+    turns: int = 0
+    """Generate calls made."""
+
+    @property
+    def env_share(self) -> float:
+        """Env time over wall time (0 before any call)."""
+        return self.env_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+class _TimedEnvs:
+    """An env batch that adds the seconds of every call to ``timing.env_s``; other attributes
+    (a pool's optional fast paths) pass through untimed."""
+
+    _TIMED = ("reset_many", "step_many", "user_prompt", "turn_message")
+
+    def __init__(self, envs: EnvBatch, timing: RolloutTiming):
+        self._envs, self._timing = envs, timing
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._envs, name)
+        if name not in self._TIMED:
+            return fn
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._timing.env_s += time.perf_counter() - t0
+
+        return timed
 
 
 @dataclass
@@ -89,7 +140,7 @@ class Slot:
 
 
 def run_episodes(tasks: Sequence[dict[str, Any]], generate: GenerateFn, tokenizer, settings: RolloutSettings,
-                 envs: EnvBatch | None = None) -> list[Episode]:
+                 envs: EnvBatch | None = None, timing: RolloutTiming | None = None) -> list[Episode]:
     """Play one episode per task; return them in task order.
 
     Args:
@@ -101,13 +152,18 @@ def run_episodes(tasks: Sequence[dict[str, Any]], generate: GenerateFn, tokenize
         settings: what to play and how (``RolloutSettings``).
         envs: an env batch with at least ``len(tasks)`` slots (e.g. a worker pool); the caller
             owns and closes it. Default: ``InProcessEnvs`` made and closed here.
+        timing: a ``RolloutTiming`` this call adds its seconds to (making the default env batch
+            is not counted: a caller that times it keeps its envs).
     """
     own = envs is None
     if envs is None:
         envs = InProcessEnvs(settings.env_id, settings.env_kwargs, len(tasks))
+    timing = timing if timing is not None else RolloutTiming()
+    t0 = time.perf_counter()
     try:
-        return _Rollout(tasks, generate, tokenizer, settings, envs).run()
+        return _Rollout(tasks, generate, tokenizer, settings, _TimedEnvs(envs, timing), timing).run()
     finally:
+        timing.wall_s += time.perf_counter() - t0
         if own:
             envs.close()
 
@@ -115,13 +171,16 @@ def run_episodes(tasks: Sequence[dict[str, Any]], generate: GenerateFn, tokenize
 class _Rollout:
     """One ``run_episodes`` call: the slots, the turn loop and the end-of-episode rules."""
 
-    def __init__(self, tasks, generate: GenerateFn, tokenizer, settings: RolloutSettings, envs: EnvBatch):
+    def __init__(self, tasks, generate: GenerateFn, tokenizer, settings: RolloutSettings, envs: EnvBatch,
+                 timing: RolloutTiming):
         self.tasks, self.generate, self.tokenizer = list(tasks), generate, tokenizer
-        self.settings, self.envs = settings, envs
+        self.settings, self.envs, self.timing = settings, envs, timing
         self.context = make_context(settings.context_mode, tokenizer, settings)
         self.dummy = settings.dummy_prompt
         self.slots: list[Slot] = []
         self.max_turns = 0
+        self.fp_pending: list[tuple[StepRecord, list[int]]] = []
+        """(record, its prompt) pairs whose fingerprint ``settings.fingerprints_after`` fills."""
 
     def run(self) -> list[Episode]:
         self._start()
@@ -133,9 +192,10 @@ class _Rollout:
         while True:
             active = self._prompts()
             sync = self.settings.sync
-            if not (sync(bool(active)) if sync is not None else bool(active)):
+            n_max = sync(len(active)) if sync is not None else len(active)
+            if n_max == 0:
                 break
-            completions, fps = self._generate(active)
+            completions, fps = self._generate(active, n_max)
             self._step(active, completions, fps)
             if bar is not None:
                 bar.update(1)
@@ -145,7 +205,20 @@ class _Rollout:
         for s in self.slots:
             if s.active:
                 self._end(s, truncated=True)
+        self._fingerprints_after()
         return [s.ep for s in self.slots]
+
+    def _fingerprints_after(self) -> None:
+        """One ``settings.fingerprints_after`` call on every step's prompt (when it is set)."""
+        fn = self.settings.fingerprints_after
+        if fn is None or not self.fp_pending:
+            return
+        t0 = time.perf_counter()
+        fps = fn([p for _, p in self.fp_pending])
+        for (rec, _), fp in zip(self.fp_pending, fps, strict=True):
+            rec.fingerprint = [float(x) for x in fp]
+        self.fp_pending = []
+        self.timing.fingerprint_s += time.perf_counter() - t0
 
     def _start(self) -> None:
         """Episodes for the tasks, one reset_many for all slots, then the context's after_reset."""
@@ -186,17 +259,23 @@ class _Rollout:
             active.append(s)
         return active
 
-    def _generate(self, active: list[Slot]) -> tuple[list[list[int]], list | None]:
-        """One generate call (with filler prompts where ranks or vLLM need them)."""
+    def _generate(self, active: list[Slot], n_max: int) -> tuple[list[list[int]], list | None]:
+        """One generate call: the active slots' prompts, plus filler prompts up to ``n_max`` (the
+        most active slots of any rank) where ranks must pass equal lengths (``pad_batch``), or one
+        filler when this rank has none left (its ranks' collectives still need a call). Finished
+        slots are never generated for beyond that."""
         prompts = [s.prompt for s in active]
         if self.dummy is None:
             self.dummy = prompts[0] if prompts else encode(
                 self.tokenizer, chat_text(self.tokenizer, "") + self.settings.prefill)
         if self.settings.pad_batch:
-            prompts = prompts + [self.dummy] * (len(self.tasks) - len(prompts))
+            prompts = prompts + [self.dummy] * (n_max - len(prompts))
         elif not prompts:
             prompts = [self.dummy]
+        t0 = time.perf_counter()
         out = self.generate(prompts)
+        self.timing.generate_s += time.perf_counter() - t0
+        self.timing.turns += 1
         if isinstance(out, GenerateOutput):
             return out.completion_ids, out.fingerprints
         return out, None
@@ -218,7 +297,7 @@ class _Rollout:
         ep = s.ep
         action = info.get("action") or parse_action(response) or response
         valid = bool(info.get("action_valid", parse_action(response) is not None))
-        ep.steps.append(StepRecord(
+        rec = StepRecord(
             group_id=ep.group_id, traj_id=ep.traj_id, t=s.t, obs=s.obs, action=action,
             reward=float(reward), done=False, action_token_ids=list(comp),
             fingerprint=[float(x) for x in fp] if fp is not None else None,
@@ -228,7 +307,10 @@ class _Rollout:
             info={"prompt_tokens": len(s.prompt or []), "response": response},
             # the env's invalid-action penalty, already inside ``reward`` (credit's penalty="step")
             penalty=float(info.get("penalty", 0.0)),
-        ))
+        )
+        ep.steps.append(rec)
+        if self.settings.fingerprints_after is not None:
+            self.fp_pending.append((rec, list(s.prompt or [])))
         ep.return_ += float(reward)
         ep.length += 1
         ep.n_invalid += int(not valid)

@@ -34,13 +34,19 @@ class RolloutSettings:
     """Text put right after the assistant header; it is part of the response the env sees."""
     progress: bool = False
     """Show a tqdm bar over turns."""
-    sync: Callable[[bool], bool] | None = None
-    """Lock-step hook for distributed training, called once per turn with "this rank still has
-    active episodes"; returns whether ANY rank has. While it returns True a rank with nothing left
-    still calls ``generate`` (with ``dummy_prompt``): every rank makes the same number of generate
-    calls (ZeRO-3 parameter gathers and vLLM are collectives)."""
+    sync: Callable[[int], int] | None = None
+    """Lock-step hook for distributed training, called once per turn with this rank's count of
+    active episodes; returns the largest count over ranks. While that is above 0 a rank with
+    nothing left still calls ``generate`` (with ``dummy_prompt``): every rank makes the same
+    number of generate calls (ZeRO-3 parameter gathers and vLLM are collectives)."""
     dummy_prompt: list[int] | None = None
     """Prompt ids of the filler row a finished rank sends (default: the first prompt of the call)."""
     pad_batch: bool = False
-    """Always call ``generate`` with ``len(tasks)`` prompts, finished slots filled with
-    ``dummy_prompt``: needed where ranks must pass equal list lengths (vLLM server mode)."""
+    """Call ``generate`` with as many prompts as the rank with the most active episodes has
+    (``sync``'s answer), filled with ``dummy_prompt``: needed where ranks must pass equal list
+    lengths (vLLM server mode, tensor-parallel colocate). Slots finished on every rank are not
+    generated for."""
+    fingerprints_after: Callable[[list[list[int]]], list[list[float]]] | None = None
+    """When set, the steps' fingerprints are computed by one call with every step's prompt after
+    the last turn (instead of coming back from ``generate`` each turn): under vLLM the trainer
+    runs one truncated forward pass per rollout, with one ZeRO-3 parameter gather."""

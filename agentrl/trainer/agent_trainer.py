@@ -38,7 +38,7 @@ from agentrl.config import AgentRLConfig
 from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
-from agentrl.rollout.episodes import Episode, GenerateOutput, run_episodes
+from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming, run_episodes
 from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
 from agentrl.rollout.metrics import episode_metrics, episode_summary
 from agentrl.rollout.settings import RolloutSettings
@@ -199,6 +199,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._gen_time = 0.0
         self._gen_tokens = 0
         self._gen_in_step = 0.0
+        self._timing = RolloutTiming()
         self.last_rollout: dict[str, Any] | None = None
         """The latest iteration's global records, advantages and this rank's rows (for tests/tools)."""
 
@@ -219,26 +220,35 @@ class AgentGRPOTrainer(GRPOTrainer):
                 t1 = time.perf_counter()
                 fps = cap.take()
                 self._fp_time += time.perf_counter() - t1 + cap.elapsed
-        else:
+        else:  # under vLLM the fingerprints come after the rollout (``_fingerprints_after``)
             completion_ids, _ = self._generate_single_turn(prompts, None, {}, num_generations=1)
-        if self.need_fingerprint and self.use_vllm:
-            # vLLM generated elsewhere: a truncated no-grad forward through blocks 0..L only.
-            t1 = time.perf_counter()
-            with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                             gather_deepspeed3_params=self.args.ds3_gather_for_generation) as m:
-                fps = truncated_forward_fingerprints(m, prompts, self.args.fingerprint_layer,
-                                                     self._tokenizer.pad_token_id)
-            self._fp_time += time.perf_counter() - t1
         self._gen_time += time.perf_counter() - t0
         self._gen_tokens += sum(len(c) for c in completion_ids)
         completion_ids = [list(c) for c in completion_ids]
         return GenerateOutput(completion_ids, fps) if fps is not None else completion_ids
 
-    def _sync(self, local_active: bool) -> bool:
+    def _sync(self, n_active: int) -> int:
+        """The most active episodes any rank has this turn (``RolloutSettings.sync``)."""
         if self.accelerator.num_processes == 1:
-            return local_active
-        flag = torch.tensor([int(local_active)], device=self.accelerator.device)
-        return bool(self.accelerator.gather(flag).sum().item() > 0)
+            return n_active
+        count = torch.tensor([int(n_active)], device=self.accelerator.device)
+        return int(self.accelerator.gather(count).max().item())
+
+    def _fingerprints_after(self, prompts: list[list[int]]) -> list[list[float]]:
+        """vLLM generated elsewhere: fingerprints of a whole rollout's prompts by a truncated
+        no-grad forward through blocks 0..L, under one ZeRO-3 parameter gather (not one per turn).
+        Every rank runs the same number of chunks: without the gather each forward is a collective."""
+        size = max(1, self.args.per_device_train_batch_size)
+        chunks = [prompts[i:i + size] for i in range(0, len(prompts), size)]
+        n = max(gather_object([len(chunks)])) if self.accelerator.num_processes > 1 else len(chunks)
+        out: list[list[float]] = []
+        with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                         gather_deepspeed3_params=self.args.ds3_gather_for_generation) as m:
+            for k in range(n):
+                fps = truncated_forward_fingerprints(m, chunks[k] if k < len(chunks) else prompts[:1] or [[0]],
+                                                     self.args.fingerprint_layer, self._tokenizer.pad_token_id)
+                out += fps if k < len(chunks) else []
+        return out
 
     def rollout_settings(self, **overrides) -> RolloutSettings:
         """``RolloutSettings`` from the config (+ ``overrides``, any of its fields)."""
@@ -247,7 +257,8 @@ class AgentGRPOTrainer(GRPOTrainer):
             env_id=a.env_id, env_kwargs=dict(a.env_kwargs or {}), context_mode=a.context_mode,
             history_length=a.history_length, max_turns=a.max_turns, max_prompt_tokens=a.max_prompt_tokens,
             prefill=a.prefill, progress=self.accelerator.is_main_process and not a.disable_tqdm,
-            sync=self._sync if self.accelerator.num_processes > 1 else None, pad_batch=self.use_vllm)
+            sync=self._sync if self.accelerator.num_processes > 1 else None, pad_batch=self.use_vllm,
+            fingerprints_after=self._fingerprints_after if self.need_fingerprint and self.use_vllm else None)
         return replace(settings, **overrides)
 
     def rollout(self, tasks: list[dict], **overrides) -> list[Episode]:
@@ -255,7 +266,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         ``overrides`` are ``RolloutSettings`` fields (e.g. ``env_kwargs``, ``context_mode``)."""
         settings = self.rollout_settings(**overrides)
         return run_episodes(tasks, self._turn_generate, self.processing_class, settings,
-                            envs=self._env_pool(settings, len(tasks)))
+                            envs=self._env_pool(settings, len(tasks)), timing=self._timing)
 
     def train(self, *args, **kwargs):
         try:
@@ -266,18 +277,20 @@ class AgentGRPOTrainer(GRPOTrainer):
                 self._workers = None
 
     def _env_pool(self, settings: RolloutSettings, n: int):
-        """This rank's env worker pool (``env_workers`` > 0), made at the first rollout and kept for
-        the run: its envs are reset, not rebuilt, every iteration. None = envs in this process.
-        A rollout with other env settings (a hook's override) gets in-process envs."""
+        """This rank's env batch, made at the first rollout and kept for the run: its envs are
+        reset, not rebuilt, every iteration. ``env_workers`` > 0: a worker pool; 0: ``LocalEnvs``
+        in this process. None (a fresh in-process batch) for a rollout with other env settings
+        (a hook's override)."""
         a = self.args
-        if str(a.env_workers) == "0" or (settings.env_id, settings.env_kwargs) != (a.env_id, dict(a.env_kwargs or {})):
+        if (settings.env_id, settings.env_kwargs) != (a.env_id, dict(a.env_kwargs or {})):
             return None
-        from agentrl.rollout.env_pool import WorkerEnvs, default_workers
+        from agentrl.rollout.env_pool import LocalEnvs, WorkerEnvs, default_workers
 
         if getattr(self, "_workers", None) is None:
             w = (default_workers(n, self.accelerator.num_processes) if a.env_workers == "auto"
                  else int(a.env_workers))
-            self._workers = WorkerEnvs(a.env_id, dict(a.env_kwargs or {}), n, workers=w, timeout_s=a.env_timeout_s)
+            self._workers = (WorkerEnvs(a.env_id, dict(a.env_kwargs or {}), n, workers=w, timeout_s=a.env_timeout_s)
+                             if w > 0 else LocalEnvs(a.env_id, dict(a.env_kwargs or {}), n))
         self._workers.resize(n)
         return self._workers
 
@@ -317,6 +330,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         """This rank's episodes (the hooks' extra ones included) and the seconds they took."""
         self._fp_time = self._gen_time = 0.0
         self._gen_tokens = 0
+        self._timing = RolloutTiming()
         t0 = time.perf_counter()
         episodes = self.hooks.after_rollout(self, self.rollout(tasks))
         return episodes, time.perf_counter() - t0
@@ -339,10 +353,12 @@ class AgentGRPOTrainer(GRPOTrainer):
         if not self.need_fingerprint:
             for r in local:
                 r.fingerprint = None
-        mine = [r.to_dict() for r in local]
-        gathered = gather_object([mine]) if world > 1 else [mine]
-        offset = sum(len(g) for g in gathered[:rank])
-        records = [StepRecord.from_dict(d) for g in gathered for d in g]
+        if world > 1:
+            gathered = gather_object([[r.to_dict() for r in local]])
+            offset = sum(len(g) for g in gathered[:rank])
+            records = [StepRecord.from_dict(d) for g in gathered for d in g]
+        else:  # no round trip through dicts: asdict's deep copy was ~1 ms a record
+            offset, records = 0, list(local)
         adv, diag = compute_credit(self.args.credit, records, self.credit_kw)
         return Credited(records=records, advantages=adv, diagnostics=diag, offset=offset, n_local=len(local),
                         seconds=time.perf_counter() - t0)
@@ -384,8 +400,10 @@ class AgentGRPOTrainer(GRPOTrainer):
         values = self._episode_metrics(episodes)
         values.update({
             "time/rollout_s": rollout_s,
+            "time/env_s": self._timing.env_s,
+            "time/env_share": self._timing.env_s / max(rollout_s, 1e-9),
             "time/credit_s": credited.seconds,
-            "time/fingerprint_s": self._fp_time,
+            "time/fingerprint_s": self._fp_time + self._timing.fingerprint_s,
             "gen/tokens_per_s": self._gen_tokens / max(self._gen_time, 1e-9),
             "rows/real": float(min(counts.real, counts.target)),
             "rows/filler": float(counts.filler),

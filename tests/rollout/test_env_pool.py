@@ -71,13 +71,14 @@ def pools():
     """Make pools through ``make(...)``; every one is closed (its processes stopped) at the end."""
     made = []
 
-    def make(*args, **kw):
-        made.append(WorkerEnvs(*args, **kw))
+    def make(*args, workers=2, **kw):
+        """``workers`` = 0: the in-process ``LocalEnvs`` the trainer keeps for ``env_workers: 0``."""
+        made.append(WorkerEnvs(*args, workers=workers, **kw) if workers else LocalEnvs(*args))
         return made[-1]
 
     yield make
     for p in made:
-        procs = [w.proc for w in p._workers]
+        procs = [w.proc for w in getattr(p, "_workers", [])]
         p.close()
         assert all(proc.poll() is not None for proc in procs)
 
@@ -108,15 +109,42 @@ def test_abort_fails_its_worker_calls_only_and_the_worker_is_replaced(pools):
     ref.close()
 
 
+@pytest.mark.parametrize("workers", [2, 0])
+def test_step_started_then_finished_equals_step_many(pools, workers):
+    """``step_many_start`` sends the steps and returns at once (the Sleep env's 0.3 s steps run
+    in the workers meanwhile); ``step_many_finish`` gives what ``step_many`` gives. No other call
+    while steps are in flight."""
+    from tests.rollout.crash_envs import SLEEP_ID
+
+    pool = pools("tests.rollout.crash_envs:" + SLEEP_ID, {}, 2, workers=workers, timeout_s=60)
+    ref = RefEnvs(SLEEP_ID, {}, 2)
+    resets = [(s, s, {"sleep_ms": 300, "length": 2}) for s in range(2)]
+    pool.reset_many(resets)  # the observations carry the process id: not compared
+    ref.reset_many(resets)
+    steps = [(0, _count(1)), (1, format_action("raise"))]
+    t0 = time.monotonic()
+    pool.step_many_start(steps)
+    if workers:
+        assert time.monotonic() - t0 < 0.2  # the 0.3 s steps have not been waited for
+        with pytest.raises(RuntimeError, match="in flight"):
+            pool.step_many([(0, _count(2))])
+    assert pool.step_many_finish() == ref.step_many(steps)
+    with pytest.raises(RuntimeError, match="no step_many_start"):
+        pool.step_many_finish()
+    ref.close()
+
+
 def test_hang_times_out_and_the_pool_goes_on(pools):
-    pool = pools(CRASH_ID, {}, 4, workers=2, timeout_s=1.5)
+    pool = pools(CRASH_ID, {}, 4, workers=2, timeout_s=60)  # starting workers on a loaded machine takes > 1.5 s
     pool.reset_many([(s, s, {}) for s in range(4)])
+    pool.timeout_s = 1.5
     t0 = time.monotonic()
     out = pool.step_many([(s, format_action("hang") if s == 1 else _count(1)) for s in range(4)])
     assert time.monotonic() - t0 < 30
     assert out[1] == out[3] == EnvFailure("env call timed out after 1.5 s")  # worker 1: slots 1, 3
     assert [r[1] for r in (out[0], out[2])] == [1.0, 1.0]
     assert pool.replaced == 1
+    pool.timeout_s = 60  # the replacement worker starts and makes its envs in the next call
     assert all(isinstance(r, tuple) for r in pool.reset_many([(s, s, {}) for s in range(4)]))
     assert [r[1] for r in pool.step_many([(s, _count(1)) for s in range(4)])] == [1.0] * 4
 
@@ -209,6 +237,15 @@ def test_local_envs_is_the_same_interface_in_process():
         assert local.step_many([(0, format_action("raise"))])[0] == EnvFailure(
             "step: RuntimeError: crash env failure (test)")
         assert local.expert_actions([1]) == ["1"]
+        # persistent: resets reuse the envs made (the first observation counts them), resize
+        # makes only the new slots' envs
+        made = [int(r[0].rsplit("made ", 1)[1].rstrip(")")) for r in local.reset_many([(0, 5, {}), (1, 6, {})])]
+        local.resize(3)
+        again = local.reset_many([(0, 7, {}), (1, 8, {}), (2, 9, {})])
+        assert [int(r[0].rsplit("made ", 1)[1].rstrip(")")) for r in again] == [made[1] + 1] * 3
+        local.resize(1)
+        assert local.step_many([(1, format_action("1"))])[0] == EnvFailure(
+            "step: RuntimeError: slot 1 has no env (not reset since it was made)")
     finally:
         local.close()
 
@@ -238,11 +275,13 @@ ENVS = [
 ]
 
 
+@pytest.mark.parametrize("workers", [2, 0])
 @pytest.mark.parametrize("env_id,n,turns", ENVS)
-def test_results_equal_the_in_process_path(pools, env_id, n, turns):
+def test_results_equal_the_in_process_path(pools, env_id, n, turns, workers):
     """Two rounds of episodes (the second on reused envs): obs, reward, flags, info and prompts
-    equal; the expert drives, with a malformed and an inadmissible reply mixed in."""
-    pool = pools(env_id, {}, n, workers=2, timeout_s=120)
+    equal; the expert drives, with a malformed and an inadmissible reply mixed in. Also for the
+    persistent in-process envs (0 workers)."""
+    pool = pools(env_id, {}, n, workers=workers, timeout_s=120)
     ref = RefEnvs(env_id, {}, n)
     assert pool.max_episode_steps() == ref.max_episode_steps()
     try:

@@ -143,18 +143,32 @@ def test_trajectory_mode_masks_env_tokens(tiny):
 
 def test_lockstep_sync_keeps_calling_generate(tiny):
     _, tok = tiny
+    tasks = [{"seed": 0, "options": {"length": 1}, "group_id": "a"},
+             {"seed": 1, "options": {"length": 2}, "group_id": "a"}]
+    other_rank = [3, 3, 3, 3]  # the "other rank" has 3 active episodes for 4 turns, then none
+
+    def sync(n_active):
+        return max(n_active, other_rank.pop(0) if other_rank else 0)
+
     gen = scripted(tok)
-    other_rank_turns = 5  # the "other rank" still has episodes for 5 turns
-    state = {"turn": 0}
+    eps = run_episodes(tasks, gen, tok, S(sync=sync))
+    assert [ep.length for ep in eps] == [1, 2]
+    # active here: 2, 1, then none (one filler prompt while the other rank still plays)
+    assert gen.calls == [2, 1, 1, 1]
+    other_rank[:] = [3, 3, 3, 3]
+    gen = scripted(tok)
+    eps = run_episodes(tasks, gen, tok, S(sync=sync, pad_batch=True))
+    assert [ep.length for ep in eps] == [1, 2]
+    assert gen.calls == [3, 3, 3, 3]  # padded to the busiest rank's count, never to len(tasks)
 
-    def sync(local_active):
-        state["turn"] += 1
-        return local_active or state["turn"] <= other_rank_turns
 
-    eps = run_episodes([{"seed": 0, "options": {"length": 2}, "group_id": "a"}], gen, tok,
-                       S(sync=sync, pad_batch=True))
-    assert eps[0].length == 2
-    assert gen.calls == [1] * 5  # 2 real turns + 3 filler calls
+def test_pad_batch_does_not_generate_for_finished_slots(tiny):
+    _, tok = tiny
+    tasks = [{"seed": i, "options": {"length": n}, "group_id": "a"} for i, n in enumerate([1, 3, 2])]
+    gen = scripted(tok)
+    eps = run_episodes(tasks, gen, tok, S(pad_batch=True))  # one process: nothing to pad to
+    assert [ep.length for ep in eps] == [1, 3, 2]
+    assert gen.calls == [3, 2, 1]
 
 
 def test_hf_generate_fn_fingerprint_matches_full_forward(tiny):

@@ -80,8 +80,17 @@ def test_window_mode_trains(tmp_path, tiny_model_dir):
     logs = {k for h in tr.state.log_history for k in h}
     for k in ("env/success", "env/episode_len", "env/invalid_action_rate", "env/error_episodes",
               "time/rollout_s", "time/credit_s", "time/update_s", "time/fingerprint_s", "gen/tokens_per_s",
-              "env/success/len3"):
+              "env/success/len3", "time/env_s", "time/env_share", "rows/real_token_share"):
         assert k in logs, k
+    from agentrl.rollout.env_pool import LocalEnvs
+
+    pool = tr._env_pool(tr.rollout_settings(), 8)  # env_workers 0: persistent in-process envs
+    assert isinstance(pool, LocalEnvs) and tr._env_pool(tr.rollout_settings(), 8) is pool
+    pool.close()
+    for h in tr.state.log_history:  # env time (resets, steps, prompts of the count env) is inside the rollout
+        if "time/env_s" in h:
+            assert 0 < h["time/env_s"] <= h["time/rollout_s"]
+            assert h["time/env_share"] == pytest.approx(h["time/env_s"] / h["time/rollout_s"], rel=1e-6)
 
 
 def test_trajectory_mode_masks_env_tokens(tmp_path, tiny_model_dir):
@@ -179,6 +188,17 @@ def test_fingerprints_hooks_and_branches(tmp_path, tiny_model_dir):
         ref(input_ids=torch.tensor([ep.tokens.prompt_ids[0]]))
     h.remove()
     assert torch.allclose(torch.tensor(ep.steps[0].fingerprint), box["h"], atol=1e-4)
+    # the vLLM path's after-rollout fingerprints (chunks of per_device_train_batch_size = 8
+    # prompts, one parameter gather) = the same hidden state, on the trained model now
+    prompts = [p for e in lr["episodes"][:8] for p in e.tokens.prompt_ids]
+    after = tr._fingerprints_after(prompts)
+    assert len(prompts) == len(after) == 24
+    h = tr.model.model.layers[-1].register_forward_hook(grab)
+    for p, fp in zip(prompts, after, strict=True):
+        with torch.no_grad():
+            tr.model(input_ids=torch.tensor([p]))
+        assert torch.allclose(torch.tensor(fp), box["h"], atol=1e-4)
+    h.remove()
 
 
 def test_recipe_errors_in_process(tmp_path, tiny_model_dir, capsys, monkeypatch):
