@@ -44,7 +44,7 @@ from agentrl.credit.collab import RATING_TEMPLATE, SOLVER, THINKER, CcpoState, p
 from agentrl.credit.collab_records import state_from_diagnostics
 from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord
-from agentrl.rollout.episodes import Episode, GenerateOutput
+from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming
 from agentrl.rollout.prompts import chat_text, decode_response, encode
 from agentrl.trainer.agent_trainer import AgentGRPOTrainer, Credited
 from agentrl.trainer.policies import PolicySlots
@@ -97,8 +97,9 @@ class CollabTrainer(AgentGRPOTrainer):
     # ------------------------------------------------------------------ rollouts
     def _roll_out(self, tasks: list[dict[str, Any]]) -> tuple[list[Episode], float]:
         """Joint rollouts, counterfactuals and ratings of this rank's tasks (module steps 1-3)."""
-        self._fp_time = self._gen_time = 0.0
+        self._fp_time = self._gen_time = 0.0  # the counters AgentGRPOTrainer._roll_out resets
         self._gen_tokens = 0
+        self._timing = RolloutTiming()
         t0 = time.perf_counter()
         train = self.schedule.trained(self.state.global_step) if self.model.training else ()
         if train:
