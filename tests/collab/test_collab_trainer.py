@@ -141,15 +141,18 @@ def test_shared_policy_sepo_gspo_both_roles_every_step(tmp_path, collab_model_di
     assert all(math.isfinite(x["loss"]) and x["collab/rating_s"] > 0 for x in h)
 
 
-def test_resume_continues_schedule_and_ccpo_state(tmp_path, collab_model_dir):
-    cfg = make_cfg(tmp_path, collab_model_dir, collab_policies="full", save_strategy="steps", save_steps=1)
+@pytest.mark.parametrize("policies", ["full", "lora"])
+def test_resume_continues_schedule_and_ccpo_state(tmp_path, collab_model_dir, policies):
+    lora = dict(use_peft=policies == "lora", lora_r=4, lora_alpha=8, lora_dropout=0.0)
+    cfg = make_cfg(tmp_path, collab_model_dir, collab_policies=policies, save_strategy="steps", save_steps=1,
+                   **lora)
     ref = build(cfg)
     ref.train()
     ckpt = tmp_path / "out" / "checkpoint-3"  # mid Solver block: the Solver's weights are loaded there
     saved = torch.load(ckpt / "collab_state.pt", weights_only=True)
     assert saved["policies"]["loaded"] == "solver" and saved["ccpo"]["delta"]["updates"] == 3
-    cfg2 = make_cfg(tmp_path, collab_model_dir, name="out", collab_policies="full", save_strategy="no",
-                    overwrite_output_dir=False)
+    cfg2 = make_cfg(tmp_path, collab_model_dir, name="out", collab_policies=policies, save_strategy="no",
+                    overwrite_output_dir=False, **lora)
     res = build(cfg2)
     res.train(resume_from_checkpoint=str(ckpt))
     assert res.ccpo_state == ref.ccpo_state and res.ccpo_state.delta.updates == 4
