@@ -145,3 +145,18 @@ repro-appo: setup
 repro-appo-cpu: setup
 	[ -f runs/appo/tiny_warm/config.json ] || $(BIN)/python -m agentrl.trainer.appo_warm --out runs/appo/tiny_warm
 	$(foreach r,$(call RECIPES_IN,recipes/appo/cpu/*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+
+# --- CCPO / SEPO (arXiv 2603.21563; README "Reproducing the papers") ---------------------------
+# Tables 1-2 (GRPO: shared vs CCPO; GSPO: shared vs CCPO vs SEPO) for Qwen2.5-1.5B and Olmo-3-7B,
+# one GPU per run (separate policies swap weights, which ZeRO-3 cannot); Table 4 (hand-off) is
+# `agentrl eval` of the trained runs. `make -n repro-ccpo` prints every command.
+CCPO_ACCELERATE_CONFIG ?= accelerate_configs/single_gpu.yaml
+.PHONY: repro-ccpo repro-ccpo-cpu
+repro-ccpo: export HF_HUB_OFFLINE := $(GPU_HUB_OFFLINE)
+repro-ccpo: setup
+	@echo "repro-ccpo: $(words $(call RECIPES_IN,recipes/ccpo/*.yaml)) recipes x seeds $(SEEDS):"
+	@$(foreach r,$(call RECIPES_IN,recipes/ccpo/*.yaml),echo "  $(r)";)
+	$(foreach r,$(call RECIPES_IN,recipes/ccpo/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(CCPO_ACCELERATE_CONFIG),$(r),$(s),)))
+
+repro-ccpo-cpu: setup
+	$(foreach r,$(call RECIPES_IN,recipes/ccpo/cpu/*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))

@@ -16,6 +16,7 @@ COMMANDS = {
     "check-recipe": ("agentrl.train:check_main", "validate a recipe without training"),
     "launch": ("agentrl.launch", "run a recipe under `accelerate launch` with the recipe's accelerate config"),
     "eval": ("agentrl.eval", "evaluate a checkpoint on an env split; prints a paper-style table"),
+    "eval-collab": ("agentrl.collab.eval_cli", "a collaboration run's accuracy per benchmark: full pipeline and Solver alone"),
     "report": ("agentrl.report", "curves from run folders (seed*/ runs as mean + band), held-out eval, diagnostics"),
     "credit": ("agentrl.credit.compare", "credit tools: agentrl credit compare ROLLOUTS.jsonl"),
     "show": ("agentrl.show", "an episode turn by turn from saved rollouts: agentrl show ROLLOUTS.jsonl --traj ID"),

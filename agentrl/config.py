@@ -141,6 +141,32 @@ class AgentRLConfig(GRPOConfig):
                           "Only computed when the credit module needs fingerprints."},
     )
 
+    # --- collaboration (CCPO / SEPO, agentrl.collab) ------------------------------------------
+    collab: dict | str | None = field(
+        default=None,
+        metadata={"help": "A collaboration of roles trained with role-level credit: 'think_solve' or a mapping "
+                          "{name, roles: [{name, policy, template, ...}]} (agentrl.collab.spec). Set, training runs "
+                          "agentrl.trainer.CollabTrainer on env agentrl/MathAnswer-v0 with credit shared, ccpo, "
+                          "ccpo_bonus or sepo."},
+    )
+    collab_policies: str = field(
+        default="shared",
+        metadata={"help": "How the roles' policies are realised: 'shared' (one model plays every role), 'lora' "
+                          "(one LoRA adapter per policy on the shared base; use_peft), 'full' (a full copy of the "
+                          "weights per policy)."},
+    )
+    role_schedule: str = field(
+        default="blocks",
+        metadata={"help": "'blocks': one role trains for role_block_steps optimizer steps, in role order (Thinker "
+                          "first; arXiv 2603.21563 Thm. 4.1); 'both': every role every step (one shared policy)."},
+    )
+    role_block_steps: int = field(default=10, metadata={"help": "Optimizer steps per role block (paper: 10)."})
+    collab_rating_template: str | None = field(
+        default=None,
+        metadata={"help": "SEPO's rating prompt with fields {me} {outcome} {problem} {thinker} {solver} {share} "
+                          "{levels} (default: agentrl.credit.collab.RATING_TEMPLATE)."},
+    )
+
     # --- run folder --------------------------------------------------------------------------
     overwrite_output_dir: bool = field(
         default=False,
@@ -166,6 +192,11 @@ class AgentRLConfig(GRPOConfig):
             if not isinstance(v, dict):
                 raise RecipeError(f"{name} must be a mapping, got {type(v).__name__}")
             setattr(self, name, v)
+        if isinstance(self.collab, str) and self.collab.strip().startswith("{"):
+            try:
+                self.collab = json.loads(self.collab)
+            except json.JSONDecodeError as e:
+                raise RecipeError(f"collab must be a name or a mapping ({e.msg})") from None
         if self.bf16 is None and not self.fp16:
             self.bf16 = _cuda()
         if (self.ddp_backend is None and os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
@@ -215,6 +246,9 @@ VALUE_CHECKS: list[tuple[str, Callable[[Any], bool], str]] = [
     ("max_rows_per_rank", lambda v: v is None or v >= 1, ">= 1"),
     ("env_workers", lambda v: v == "auto" or (str(v).isdigit() and int(v) >= 0), ">= 0 or 'auto'"),
     ("env_timeout_s", lambda v: v > 0, "> 0"),
+    ("collab_policies", lambda v: v in ("shared", "lora", "full"), "one of shared, lora, full"),
+    ("role_schedule", lambda v: v in ("blocks", "both"), "one of blocks, both"),
+    ("role_block_steps", lambda v: v >= 1, ">= 1"),
 ]
 
 
@@ -265,6 +299,7 @@ KEY_GROUPS: dict[str, list[str]] = {
     "rollout": ["context_mode", "history_length", "max_turns", "max_prompt_tokens", "prefill",
                 "valid_action_reward", "max_rows_per_rank", "save_rollouts", "env_workers", "env_timeout_s"],
     "credit": ["credit", "credit_kwargs", "gamma", "fingerprint_layer"],
+    "collaboration": ["collab", "collab_policies", "role_schedule", "role_block_steps", "collab_rating_template"],
     "run folder and launch": ["output_dir", "overwrite_output_dir", "resume_from_checkpoint", "accelerate_config"],
     "optimisation and sampling (TRL GRPOConfig; every GRPOConfig / TrainingArguments key is accepted)": [
         "learning_rate", "max_steps", "num_generations", "per_device_train_batch_size",
@@ -375,6 +410,17 @@ def validate_credit(name: str, kwargs: dict) -> None:
         raise RecipeError(f"credit {name!r}: {first_line(e)}") from None
 
 
+def validate_collab(cfg: AgentRLConfig) -> None:
+    """The collab keys, credit module, env and policies fit together (``agentrl.collab.recipe``)."""
+    from agentrl.collab.recipe import check_config
+    from agentrl.collab.spec import CollabError
+
+    try:
+        check_config(cfg)
+    except CollabError as e:
+        raise RecipeError(str(e)) from None
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
@@ -450,7 +496,7 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
     for k, v in _AGENT_DEFAULTS.items():
         data.setdefault(k, v)
     # dict fields go through argparse as strings; pass them as JSON so both paths agree
-    for k in ("env_kwargs", "credit_kwargs", "task_options"):
+    for k in ("env_kwargs", "credit_kwargs", "task_options", "collab"):
         if isinstance(data.get(k), dict):
             data[k] = json.dumps(data[k])
 
@@ -488,6 +534,7 @@ def validate_config(cfg: AgentRLConfig) -> None:
         from agentrl.trainer.appo import check_config
 
         check_config(cfg)
+    validate_collab(cfg)
     validate_model(cfg.model_name_or_path)
     if cfg.use_vllm and not vllm_available():
         raise RecipeError("use_vllm: true needs vllm (pip install 'agentrl[vllm]' on a CUDA machine); "

@@ -99,7 +99,7 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
     from transformers import AutoTokenizer
 
     from agentrl.models import resolve_model
-    from agentrl.trainer import AgentGRPOTrainer
+    from agentrl.trainer import AgentGRPOTrainer, CollabTrainer
 
     model_path = resolve_model(cfg.model_name_or_path)
     try:
@@ -109,7 +109,9 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
     if tok.chat_template is None:
         raise RecipeError(f"the tokenizer of {model_path} has no chat template")
     cls = AgentGRPOTrainer
-    if cfg.credit == "appo":  # APPO changes the rollout, the rows and the loss (agentrl.trainer.appo)
+    if cfg.collab:  # several roles and policies (agentrl.trainer.collab_trainer)
+        cls = CollabTrainer
+    elif cfg.credit == "appo":  # APPO changes the rollout, the rows and the loss (agentrl.trainer.appo)
         from agentrl.trainer.appo import AppoTrainer as cls
     trainer = cls(model=model_path, args=cfg, processing_class=tok, peft_config=build_peft_config(cfg), hooks=hooks)
     _install_callbacks(trainer)

@@ -16,11 +16,21 @@ RECIPES = sorted(p.relative_to(REPO) for p in (REPO / "recipes").rglob("*.yaml")
 HAVE_ALFWORLD = importlib.util.find_spec("alfworld") is not None
 
 
+def _hub_datasets(recipe) -> bool:
+    """Whether the recipe's env loads benchmark data from the hub (validating it resets the env)."""
+    from agentrl.recipe_file import read_recipe_file
+
+    benches = ((read_recipe_file(REPO / recipe).get("env_kwargs") or {}).get("benchmarks") or {})
+    return any("path" not in spec for spec in benches.values())
+
+
 def _params():
     for r in RECIPES:
         marks = []
         if "alfworld" in r.name and not HAVE_ALFWORLD:
             marks.append(pytest.mark.skip(reason="the alfworld extra is not installed"))
+        if _hub_datasets(r):  # tests/collab/test_ccpo_recipes.py validates them on local fixtures
+            marks.append(pytest.mark.skip(reason="trains on hub datasets (validated with hub access)"))
         yield pytest.param(r, marks=marks, id=str(r))
 
 
@@ -97,8 +107,11 @@ def test_recipes_resolve_as_the_flat_files_did():
     from agentrl.recipe_file import read_recipe_file
 
     before = json.loads((REPO / "tests" / "recipes_resolved.json").read_text())
-    assert sorted(before) == [str(r) for r in RECIPES]
+    written_after = ("recipes/ccpo/",)  # recipe sets that never had flat files
+    assert sorted(before) == [str(r) for r in RECIPES if not str(r).startswith(written_after)]
     for r in RECIPES:
+        if str(r).startswith(written_after):
+            continue
         if str(r) == "recipes/demo_tiny.yaml":
             continue  # retuned since: its RL settings are the demo's (README, "The demo")
         expected = before[str(r)]

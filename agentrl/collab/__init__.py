@@ -4,6 +4,7 @@
 ``counterfactual(c, role)`` removes one role for CCPO's leave-one-role-out outcome.
 """
 
+from . import context  # noqa: F401  (registers the 'role' context)
 from .evaluate import handoff_accuracy
 from .spec import (
     CLEANERS,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..records import REQUIRED_FIELDS, StepRecord
-from . import estimators, history, rtmc, salt  # noqa: F401  (each registers its estimators)
+from . import collab_records, estimators, history, rtmc, salt  # noqa: F401  (each registers its estimators)
 from .batch import Batch
 from .registry import REGISTRY, CreditResult, lookup, register, resolve
 
@@ -33,9 +33,16 @@ OPTIONAL_FIELDS = frozenset(StepRecord.__dataclass_fields__) - frozenset(REQUIRE
 """Record fields an estimator may need beyond the required ones (agentrl.records holds the list)."""
 
 
-def available() -> list[str]:
-    """Names of the registered estimators."""
-    return list(REGISTRY)
+RECORD_KINDS = ("step", "collab", "all")
+
+
+def available(records: str = "step") -> list[str]:
+    """Names of the registered estimators that read ``records``: ``step`` (any step records, the
+    default), ``collab`` (collaboration records: ``collab_records.NAMES``) or ``all``."""
+    if records not in RECORD_KINDS:
+        raise ValueError(f"available: records={records!r} must be one of {', '.join(RECORD_KINDS)}")
+    collab = set(collab_records.NAMES)
+    return [n for n in REGISTRY if records == "all" or (n in collab) == (records == "collab")]
 
 
 def validate(name: str, **kwargs: Any) -> None:

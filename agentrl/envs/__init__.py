@@ -22,6 +22,7 @@ ENV_SPECS = {
     "agentrl/WebShop-v0": ("agentrl.envs.webshop:WebShopEnv", 15),
     "agentrl/SWE-v0": ("agentrl.envs.swe:SWEEnv", 30),
     "agentrl/ToolReason-v0": ("agentrl.envs.toolreason:ToolReasonEnv", 8),  # ends itself at max_turns
+    "agentrl/MathAnswer-v0": ("agentrl.envs.math_answer:MathAnswerEnv", 1),  # one graded answer (CCPO/SEPO)
 }
 
 for _id, (_entry, _steps) in ENV_SPECS.items():

@@ -8,6 +8,7 @@ from agentrl.trainer.agent_trainer import (
     credit_kwargs,
     credit_requirements,
 )
+from agentrl.trainer.collab_trainer import CollabTrainer
 
-__all__ = ["AgentGRPOTrainer", "RolloutHooks", "build_task_dataset", "compute_credit", "credit_kwargs",
+__all__ = ["AgentGRPOTrainer", "CollabTrainer", "RolloutHooks", "build_task_dataset", "compute_credit", "credit_kwargs",
            "credit_requirements"]

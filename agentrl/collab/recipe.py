@@ -1,0 +1,109 @@
+"""A collaboration from a recipe: the ``collab*`` and ``role_*`` keys, checked before anything loads.
+
+Recipe keys (``AgentRLConfig``)::
+
+    collab: think_solve          # or a mapping {name, roles: [...]} (agentrl.collab.spec.from_dict)
+    collab_policies: lora        # shared | lora | full (agentrl.trainer.policies)
+    role_schedule: blocks        # blocks: one role trains for role_block_steps steps, in role
+    role_block_steps: 10         #   order (Thinker first); both: every role every step
+    credit: ccpo                 # shared | ccpo | ccpo_bonus | sepo
+    env_id: agentrl/MathAnswer-v0
+
+``collab_policies: shared`` gives every role one policy (the one-model baseline); ``lora`` and
+``full`` keep the spec's policy names (``think_solve``: ``thinker`` and ``solver``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from .spec import CollabError, Collaboration, from_dict, validate
+from .think_solve import think_solve
+
+BUILTIN = {"think_solve": think_solve}
+"""Collaborations a recipe can name."""
+SCHEDULES = ("blocks", "both")
+COLLAB_CREDITS = ("shared", "ccpo", "ccpo_bonus", "sepo")
+"""Credit modules that read collaboration records (``agentrl.credit.collab_records``)."""
+SOLO_CREDITS = ("ccpo", "ccpo_bonus")
+"""Credit modules that need the counterfactual solo rollouts."""
+ENV_ID = "agentrl/MathAnswer-v0"
+SHARED_POLICY = "shared"
+
+
+def collaboration(spec: Any, policies: str = "shared") -> Collaboration:
+    """The recipe's collaboration (a built-in name or a mapping) with its policy names."""
+    if isinstance(spec, str):
+        if spec not in BUILTIN:
+            raise CollabError(f"collab {spec!r} is not a built-in collaboration; built-in: {', '.join(BUILTIN)} "
+                              "(or give a mapping {name, roles})")
+        c = BUILTIN[spec]()
+    else:
+        c = from_dict(spec)
+    if policies == "shared":
+        c = replace(c, roles=tuple(replace(r, policy=SHARED_POLICY) for r in c.roles))
+    return validate(c)
+
+
+def _answers_once(env_id: str) -> bool:
+    """Whether ``env_id`` is registered with a ``MathAnswerEnv`` (or a subclass) as its entry point."""
+    from gymnasium.envs.registration import load_env_creator, registry
+
+    from agentrl.envs.math_answer import MathAnswerEnv
+
+    spec = registry.get(env_id)
+    if spec is None:
+        return False
+    try:
+        entry = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return isinstance(entry, type) and issubclass(entry, MathAnswerEnv)
+
+
+def check_config(cfg) -> Collaboration | None:
+    """The collaboration of ``cfg`` (None when ``collab`` is unset); CollabError (one line) when
+    the collab keys, the credit module, the env and the policies do not fit together."""
+    if not cfg.collab:
+        if cfg.credit in COLLAB_CREDITS:
+            raise CollabError(f"credit {cfg.credit!r} credits the roles of a collaboration: set collab "
+                              f"(e.g. collab: think_solve) and env_id: {ENV_ID}")
+        return None
+    c = collaboration(cfg.collab, cfg.collab_policies)
+    if cfg.credit not in COLLAB_CREDITS:
+        raise CollabError(f"collab is set: credit must be one of {', '.join(COLLAB_CREDITS)}, got {cfg.credit!r}")
+    if not _answers_once(cfg.env_id):
+        raise CollabError(f"collab is set: env_id must be {ENV_ID} (one graded answer) or an env built on it, "
+                          f"got {cfg.env_id!r}")
+    if cfg.credit != "shared" and len(c.roles) != 2:
+        raise CollabError(f"credit {cfg.credit!r} credits two roles; collaboration {c.name!r} has {len(c.roles)} "
+                          "(use credit: shared)")
+    if cfg.credit in SOLO_CREDITS:
+        from .spec import counterfactual
+
+        counterfactual(c, c.roles[0].name)  # the final role needs its without-template
+    scale = (cfg.env_kwargs or {}).get("scale", "01")
+    if cfg.credit == "sepo" and scale != "pm1":
+        raise CollabError("credit 'sepo' anchors on a +-1 verifier: set env_kwargs: {scale: pm1}")
+    if cfg.collab_policies == "lora" and not cfg.use_peft:
+        raise CollabError("collab_policies: lora trains one LoRA adapter per policy: set use_peft: true")
+    if cfg.collab_policies == "full" and cfg.use_peft:
+        raise CollabError("collab_policies: full trains every weight of each policy: set use_peft: false "
+                          "(or collab_policies: lora)")
+    if cfg.use_vllm and len(c.policies) > 1:
+        raise CollabError("use_vllm holds one set of weights per step; separate policies generate with "
+                          "transformers (use_vllm: false) or share one policy (collab_policies: shared)")
+    if cfg.valid_action_reward:
+        raise CollabError("collab is set: valid_action_reward must be 0 (it would shift R_joint and R_solo)")
+    if cfg.role_schedule == "both" and len(c.policies) > 1:
+        raise CollabError("role_schedule: both needs one policy for every role (collab_policies: shared); "
+                          "separate policies train in blocks (role_schedule: blocks)")
+    generate_every = cfg.steps_per_generation * cfg.num_iterations
+    if cfg.role_schedule == "blocks" and (generate_every % cfg.gradient_accumulation_steps
+                                          or cfg.role_block_steps % (generate_every // cfg.gradient_accumulation_steps)):
+        raise CollabError(f"role_block_steps ({cfg.role_block_steps}) must be a multiple of the optimizer steps per "
+                          f"rollout (steps_per_generation {cfg.steps_per_generation} x num_iterations "
+                          f"{cfg.num_iterations} / gradient_accumulation_steps {cfg.gradient_accumulation_steps}): "
+                          "a rollout's rows must all train one role")
+    return c

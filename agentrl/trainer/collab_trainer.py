@@ -1,0 +1,240 @@
+"""``CollabTrainer``: AgentGRPOTrainer over a collaboration of roles (CCPO / SEPO, arXiv 2603.21563).
+
+One training iteration, for each task of TRL's generation batch (one task = one collaboration;
+TRL's ``num_generations`` copies of a task are the prompt group):
+
+1. **Joint rollouts.** Each role in order plays one turn on ``agentrl/MathAnswer-v0`` through
+   ``run_episodes`` with the ``role`` context (``agentrl.collab.context``), generating with its
+   own policy's weights (``PolicySlots.use``): the Thinker writes a plan (any ``\\boxed{}`` in
+   it is removed before the Solver reads it), the Solver answers from problem + plan and the
+   env's verifier grades the answer (R_joint).
+2. **Counterfactuals** (``ccpo``, ``ccpo_bonus``): the collaboration without its first role
+   (the Solver alone on the problem, App. C.2 Eq. 23), sampled independently of the Thinker's
+   turn, one per joint rollout (R_solo). Timed as ``collab/counterfactual_s``.
+3. **Ratings** (``sepo``): both roles, with their current weights, rate each finished
+   collaboration (Sec. 3.3); the parsed (Thinker share, Solver share) pairs go on the Solver's
+   record. Ratings are not trained.
+4. **Credit**: the registered collaboration module (``agentrl.credit.collab_records``) gives
+   each role turn its advantage; CCPO's EMA statistics (``ccpo_state``) carry over iterations.
+5. **Update**: only the trained roles' turns become rows (``RoleSchedule``): in ``blocks`` one
+   role trains for ``role_block_steps`` optimizer steps, in role order (Thinker first), while
+   the other policies' weights and optimizer states stay parked, exact (``PolicySlots``).
+
+Checkpoints add ``collab_state.pt`` (parked weights and optimizer states, CCPO's statistics,
+the schedule); a resumed run continues the schedule from the checkpoint's step. The final
+``save_model`` also writes every policy as ``policies/<name>/`` for evaluation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl.collab import Collaboration, Role, clean_output, counterfactual, to_dict
+from agentrl.collab.context import RoleTokens
+from agentrl.collab.recipe import SOLO_CREDITS, check_config
+from agentrl.collab.spec import CollabError
+from agentrl.credit.collab import RATING_TEMPLATE, SOLVER, THINKER, CcpoState, parse_rating, rating_prompt
+from agentrl.credit.collab_records import state_from_diagnostics
+from agentrl.recipe_file import RecipeError
+from agentrl.records import StepRecord
+from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming
+from agentrl.rollout.prompts import chat_text, decode_response, encode
+from agentrl.trainer.agent_trainer import AgentGRPOTrainer, Credited
+from agentrl.trainer.policies import PolicySlots
+
+COLLAB_STATE = "collab_state.pt"
+
+
+@dataclass(frozen=True)
+class RoleSchedule:
+    """Which roles train at an optimizer step (pure in the step, so a resume continues it)."""
+
+    roles: tuple[str, ...]
+    """Role names in acting order."""
+    kind: str = "blocks"
+    """'blocks': one role per block of ``block_steps`` steps, in order; 'both': every role."""
+    block_steps: int = 10
+    """Steps per block (arXiv 2603.21563 Theorem 4.1 and the authors' code: 10)."""
+
+    def trained(self, step: int) -> tuple[str, ...]:
+        if self.kind == "both":
+            return self.roles
+        return (self.roles[(step // self.block_steps) % len(self.roles)],)
+
+
+class CollabTrainer(AgentGRPOTrainer):
+    """AgentGRPOTrainer whose rollouts are collaborations (module docstring)."""
+
+    def __init__(self, model, args, collaboration: Collaboration | None = None, **kwargs):
+        try:
+            self.collab = collaboration or check_config(args)
+        except CollabError as e:
+            raise RecipeError(str(e)) from None
+        if self.collab is None:
+            raise RecipeError("CollabTrainer needs a collaboration (recipe key collab)")
+        super().__init__(model, args, **kwargs)
+        if len(self.collab.policies) > 1 and self.is_deepspeed_enabled:
+            raise RecipeError("separate policies swap weights and optimizer states, which ZeRO-3 partitions: "
+                              "use collab_policies: shared under DeepSpeed")
+        self.policies = PolicySlots(self.accelerator.unwrap_model(self.model), self.collab.policies,
+                                    lambda: self.optimizer)
+        self.schedule = RoleSchedule(self.collab.role_names, args.role_schedule, args.role_block_steps)
+        self.ccpo_state = CcpoState()
+        """CCPO's running statistics (App. C.2), updated once per training iteration."""
+        self.need_solo = args.credit in SOLO_CREDITS
+        self.need_ratings = args.credit == "sepo"
+        self.rating_template = args.collab_rating_template or RATING_TEMPLATE
+        self.wrong = -1.0 if (args.env_kwargs or {}).get("scale", "01") == "pm1" else 0.0
+        self.collab_times: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ rollouts
+    def _roll_out(self, tasks: list[dict[str, Any]]) -> tuple[list[Episode], float]:
+        """Joint rollouts, counterfactuals and ratings of this rank's tasks (module steps 1-3)."""
+        self._fp_time = self._gen_time = 0.0  # the counters AgentGRPOTrainer._roll_out resets
+        self._gen_tokens = 0
+        self._timing = RolloutTiming()
+        t0 = time.perf_counter()
+        train = self.schedule.trained(self.state.global_step) if self.model.training else ()
+        if train:
+            self.policies.activate(self.collab.role(train[0]).policy)
+        self.collab_times = {f"{p}{u}": 0.0 for p in ("counterfactual", "rating") for u in ("_s", "_cpu_s")}
+        with self._timed("joint"):
+            joint = self.play(self.collab, tasks, "joint", set(train))
+        episodes = [ep for eps in joint for ep in eps]
+        if self.need_solo:
+            with self._timed("counterfactual"):
+                solo = self.play(counterfactual(self.collab, self.collab.roles[0].name), tasks, "solo", set())
+            episodes += [ep for eps in solo for ep in eps]
+        if self.need_ratings:
+            with self._timed("rating"):
+                self.rate(joint)
+        episodes = self.hooks.after_rollout(self, episodes)
+        return episodes, time.perf_counter() - t0
+
+    @contextlib.contextmanager
+    def _timed(self, phase: str):
+        """Wall and CPU seconds of a rollout phase (``collab/<phase>_s``, ``collab/<phase>_cpu_s``):
+        on a machine shared with other jobs this process's CPU time is the steadier figure."""
+        t, c = time.perf_counter(), time.process_time()
+        yield
+        self.collab_times[f"{phase}_s"] = time.perf_counter() - t
+        self.collab_times[f"{phase}_cpu_s"] = time.process_time() - c
+
+    def play(self, c: Collaboration, tasks: list[dict[str, Any]], part: str, train: set[str]) -> list[list[Episode]]:
+        """Play collaboration ``c`` on ``tasks``, role after role; one episode list per role.
+        Every record is tagged with the info keys the collaboration credit modules read."""
+        index = {r.name: i for i, r in enumerate(self.collab.roles)}
+        outputs: list[dict[str, str]] = [{} for _ in tasks]
+        per_role = []
+        for role in c.roles:
+            final = role.name == c.final.name
+            rtasks = [dict(t, traj_id=f"{t['traj_id']}:{part}:{role.name}", options={**t["options"], "grade": final},
+                           role=role, outputs=dict(outputs[k]), part=part, collab_id=t["traj_id"],
+                           train=role.name in train) for k, t in enumerate(tasks)]
+            with self.policies.use(role.policy):
+                eps = self.rollout(rtasks, context_mode="role", prefill="", max_turns=1)
+            tag = dict(role=role.name, role_index=index[role.name], n_roles=len(self.collab.roles), part=part)
+            for k, ep in enumerate(eps):
+                if not ep.steps:  # the prompt did not fit or the env failed: an empty, wrong turn
+                    self._empty_turn(ep, role, final)
+                outputs[k][role.name] = clean_output(role, ep.steps[0].info.get("response", ""))
+                for r in ep.steps:
+                    r.info.update(tag, collab_id=tasks[k]["traj_id"])
+            per_role.append(eps)
+        return per_role
+
+    def _empty_turn(self, ep: Episode, role: Role, final: bool) -> None:
+        reward = self.wrong if final else 0.0
+        ep.steps.append(StepRecord(group_id=ep.group_id, traj_id=ep.traj_id, t=0, obs="", action="",
+                                   reward=reward, done=True, valid=False, truncated=True,
+                                   info={"response": "", "error": ep.error or "prompt over max_prompt_tokens"}))
+
+    def rate(self, joint: list[list[Episode]]) -> None:
+        """SEPO: the first and the last role rate each collaboration (Sec. 3.3); the parsed pairs
+        go into the last role's record as ``info.ratings``."""
+        first, last = self.collab.roles[0], self.collab.roles[-1]
+        tok = self.processing_class
+        answers = [ep.steps[0] for ep in joint[-1]]
+        thoughts = [clean_output(first, ep.steps[0].info.get("response", "")) for ep in joint[0]]
+        ratings = {}
+        for rater, role in ((THINKER, first), (SOLVER, last)):
+            prompts = [encode(tok, chat_text(tok, rating_prompt(rater, a.obs, th, a.info.get("response", ""),
+                                                                  a.reward > 0, self.rating_template)))
+                       for a, th in zip(answers, thoughts, strict=True)]
+            with self.policies.use(role.policy):
+                out = self._turn_generate(prompts)
+            ids = out.completion_ids if isinstance(out, GenerateOutput) else out
+            ratings[rater] = [parse_rating(decode_response(tok, c), a.reward > 0)
+                              for c, a in zip(ids, answers, strict=True)]
+        for k, a in enumerate(answers):
+            a.info["ratings"] = {who: [r[k].thinker, r[k].solver, r[k].valid] for who, r in ratings.items()}
+
+    # ------------------------------------------------------------------ credit and metrics
+    def _gather_and_credit(self, episodes: list[Episode]) -> Credited:
+        if self.args.credit == "ccpo":
+            self.credit_kw["state"] = self.ccpo_state
+        credited = super()._gather_and_credit(episodes)
+        new = state_from_diagnostics(credited.diagnostics)
+        if new is not None and self.model.training:
+            self.ccpo_state = new
+        return credited
+
+    def _episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
+        """``env/*`` of the collaborations' answers (the last role's joint turns) only."""
+        final = self.collab.final.name
+        return super()._episode_metrics([ep for ep in episodes if isinstance(ep.tokens, RoleTokens)
+                                         and ep.tokens.part == "joint" and ep.tokens.role.name == final])
+
+    def _log_metrics(self, mode, episodes, credited, counts, rollout_s) -> None:
+        super()._log_metrics(mode, episodes, credited, counts, rollout_s)
+        m = self._metrics[mode]
+        t = self.collab_times
+        for k, v in t.items():
+            m[f"collab/{k}"].append(float(v))
+        m["collab/counterfactual_overhead"].append(t.get("counterfactual_s", 0.0) / max(t.get("joint_s", 0.0), 1e-9))
+        trained = self.schedule.trained(self.state.global_step)
+        m["collab/trained_role"].append(float(self.collab.role_names.index(trained[0])) if len(trained) == 1
+                                        else -1.0)
+
+    # ------------------------------------------------------------------ checkpoints
+    def collab_state_dict(self) -> dict[str, Any]:
+        return {"policies": self.policies.state_dict(), "ccpo": self.ccpo_state.state_dict(),
+                "schedule": asdict(self.schedule), "global_step": int(self.state.global_step)}
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        super()._save_optimizer_and_scheduler(output_dir)
+        if self.args.should_save:
+            torch.save(self.collab_state_dict(), Path(output_dir) / COLLAB_STATE)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = Path(checkpoint) / COLLAB_STATE
+        if not path.is_file():
+            raise RecipeError(f"{checkpoint} has no {COLLAB_STATE}: not a checkpoint of a collaboration run")
+        d = torch.load(path, map_location="cpu", weights_only=True)
+        saved = RoleSchedule(tuple(d["schedule"]["roles"]), d["schedule"]["kind"], d["schedule"]["block_steps"])
+        if saved != self.schedule:
+            raise RecipeError(f"resume: the checkpoint's role schedule {asdict(saved)} differs from this run's "
+                              f"{asdict(self.schedule)}")
+        self.policies.load_state_dict(d["policies"])
+        self.ccpo_state = CcpoState.from_state_dict(d["ccpo"])
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        super().save_model(output_dir, _internal_call)
+        if _internal_call or not self.accelerator.is_main_process:
+            return
+        out = Path(output_dir or self.args.output_dir)
+        (out / "collab.json").write_text(json.dumps(to_dict(self.collab), indent=1))
+        if self.policies.separate:
+            for name in self.policies.names:
+                with self.policies.use(name):
+                    super().save_model(str(out / "policies" / name), _internal_call=True)
