@@ -28,6 +28,7 @@ help:
 	@echo "make bench  - credit-module (100k records, one core) and env latency benchmarks"
 	@echo "make repro-bipace|repro-salt|repro-rtmc [SEEDS='0 1 2'] [VLLM=1] - the papers' GPU runs"
 	@echo "make repro-bipace-cpu|repro-salt-cpu|repro-rtmc-cpu - SmolLM2 CPU subsets (minutes)"
+	@echo "make repro-appo|repro-ccpo [SEEDS=...] - APPO / CCPO-SEPO GPU runs; repro-appo-cpu|repro-ccpo-cpu - CPU subsets"
 	@echo "make -n <target> shows the exact commands"
 
 setup: $(VENV)/.setup-done
