@@ -48,3 +48,12 @@ def test_tiny_model_builds_with_chat_template(tmp_path):
 def test_resolve_model_passthrough(tmp_path):
     assert resolve_model(str(tmp_path)) == str(tmp_path)
     assert resolve_model("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_model_or_tiny_builds_only_for_tiny(tmp_path):
+    from agentrl.models import model_or_tiny
+
+    assert model_or_tiny("smollm2", tmp_path / "a") == "smollm2" and not (tmp_path / "a").exists()
+    path = model_or_tiny("tiny", tmp_path / "b", vocab_size=300, hidden_size=32, num_layers=2, num_heads=2,
+                         num_kv_heads=1)
+    assert path == str(tmp_path / "b") and (tmp_path / "b" / "config.json").is_file()

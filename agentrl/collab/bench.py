@@ -105,11 +105,9 @@ def main(argv=None) -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
     tmp = Path(tempfile.mkdtemp(prefix="agentrl_collab_bench_"))
-    model = a.model
-    if model == "tiny":
-        from agentrl.models import build_tiny_model
+    from agentrl.models import model_or_tiny
 
-        model = str(build_tiny_model(tmp / "tiny", hidden_size=64, num_layers=2))
+    model = model_or_tiny(a.model, tmp / "tiny", hidden_size=64, num_layers=2)
     rows = [run_one(model, c.strip(), a, tmp) for c in a.credits.split(",") if c.strip()]
     print(f"\nThink-Solve, model {a.model}, {a.policies} policies, {a.rollouts} collaborations x "
           f"{a.max_new_tokens} new tokens per role, {torch.get_num_threads()} threads; wall s (CPU s)")

@@ -96,3 +96,9 @@ def build_tiny_model(
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def model_or_tiny(name: str, folder: Path | str, **tiny_kwargs) -> str:
+    """A benchmark's ``--model``: ``"tiny"`` builds a fresh tiny model in ``folder`` (with
+    ``tiny_kwargs``); anything else (an embedded name, a folder) is returned as given."""
+    return str(build_tiny_model(Path(folder), **tiny_kwargs)) if name == "tiny" else name

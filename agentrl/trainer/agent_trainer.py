@@ -472,17 +472,19 @@ class AgentGRPOTrainer(GRPOTrainer):
                 out["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
                     self.model, ids, att, keep, batch_size=bs)
             if self.beta != 0.0:
-                if self.ref_model is not None:
-                    out["ref_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
-                        self.ref_model, ids, att, keep, batch_size=bs)
-                else:
-                    from trl.trainer.utils import use_adapter
-
-                    model = self.accelerator.unwrap_model(self.model)
-                    with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-                        out["ref_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
-                            self.model, ids, att, keep, batch_size=bs)
+                out["ref_per_token_logps"] = self._ref_per_token_logps(ids, att, keep, bs)
         return out
+
+    def _ref_per_token_logps(self, ids: torch.Tensor, att: torch.Tensor, keep: int, bs: int) -> torch.Tensor:
+        """Reference-model log-probs of the last ``keep`` tokens (call under no_grad): the ref
+        model, or with PEFT the base model with the adapter disabled."""
+        if self.ref_model is not None:
+            return self._get_per_token_logps_and_entropies(self.ref_model, ids, att, keep, batch_size=bs)[0]
+        from trl.trainer.utils import use_adapter
+
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._get_per_token_logps_and_entropies(self.model, ids, att, keep, batch_size=bs)[0]
 
     # ------------------------------------------------------------------ micro-batches
     def groups_rows_by_length(self) -> bool:

@@ -140,21 +140,12 @@ class AppoTrainer(FutureAwareLoss, AgentGRPOTrainer):
         with torch.no_grad():
             logp, ent, _ = self._get_per_token_logps_and_entropies(self.model, ids, att, keep, batch_size=bs,
                                                                    compute_entropy=True)
-            base = self._ref_logps(ids, att, keep, bs) if self.appo_kwargs["omega_baseline"] == "ref" else logp
+            base = self._ref_per_token_logps(ids, att, keep, bs) if self.appo_kwargs["omega_baseline"] == "ref" else logp
         width = keep
         model_mask = _padded([list(m) for m in masks], 0, width).astype(bool)
         eligible = _padded([self._eligible(cc, m) for cc, m in zip(comps, masks, strict=True)], 0, width).astype(bool)
         return {"entropy": ent.float().cpu().numpy(), "log_ratio": (logp - base).float().cpu().numpy(),
                 "model_mask": model_mask, "eligible": eligible}
-
-    def _ref_logps(self, ids, att, keep, bs) -> torch.Tensor:
-        if self.ref_model is not None:
-            return self._get_per_token_logps_and_entropies(self.ref_model, ids, att, keep, batch_size=bs)[0]
-        from trl.trainer.utils import use_adapter  # PEFT: the reference is the base, adapter disabled
-
-        model = self.accelerator.unwrap_model(self.model)
-        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return self._get_per_token_logps_and_entropies(self.model, ids, att, keep, batch_size=bs)[0]
 
     # ------------------------------------------------------------------ branching
     def branch_points(self, episodes: list[Episode], stats: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:

@@ -60,11 +60,9 @@ def main(argv=None) -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
     tmp = Path(tempfile.mkdtemp(prefix="agentrl_bench_"))
-    model = a.model
-    if model == "tiny":
-        from agentrl.models import build_tiny_model
+    from agentrl.models import model_or_tiny
 
-        model = str(build_tiny_model(tmp / "tiny"))
+    model = model_or_tiny(a.model, tmp / "tiny")
     from agentrl.config import AgentRLConfig, validate_config
     from agentrl.train import build_trainer
 

@@ -1,14 +1,7 @@
-import os
 import sys
 from pathlib import Path
 
 import pytest
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-os.environ.setdefault("WANDB_MODE", "offline")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
