@@ -99,6 +99,12 @@ class AgentRLConfig(GRPOConfig):
                           "trajectory ends the episode when the whole sequence outgrows it."},
     )
     prefill: str = field(default="<action>", metadata={"help": "Text put after the assistant header (BiPACE, arXiv 2606.25556, App. J)."})
+    stop_strings: list[str] | None = field(
+        default=None,
+        metadata={"help": "A turn ends after the first of these strings (a tool call's closing tag, e.g. "
+                          "</python>): vLLM stops there; transformers generation is cut after the token that "
+                          "completes it, so the tokens after it are neither seen by the env nor trained on."},
+    )
     valid_action_reward: float = field(
         default=0.0,
         metadata={"help": "Shaping reward added to each step whose action the env accepted, so groups with "
@@ -207,6 +213,9 @@ class AgentRLConfig(GRPOConfig):
         if self.report_to is None:
             self.report_to = ["wandb"]
         check_values(self)
+        if self.stop_strings and self.use_vllm:  # vLLM's SamplingParams stop there (TRL passes generation_kwargs)
+            self.generation_kwargs = {**(self.generation_kwargs or {}), "stop": list(self.stop_strings),
+                                      "include_stop_str_in_output": True}
         if self.disable_tqdm is None and not sys.stderr.isatty():
             # progress bars written to a log file are one line per refresh: thousands of lines
             self.disable_tqdm = True
@@ -240,6 +249,8 @@ VALUE_CHECKS: list[tuple[str, Callable[[Any], bool], str]] = [
     ("beta", lambda v: v >= 0, ">= 0"),
     ("gamma", lambda v: 0 <= v <= 1, "in [0, 1]"),
     ("max_prompt_tokens", lambda v: v >= 1, ">= 1"),
+    ("stop_strings", lambda v: v is None or (isinstance(v, list | tuple) and all(isinstance(x, str) and x for x in v)),
+     "a list of non-empty strings"),
     ("max_turns", lambda v: v is None or v >= 1, ">= 1"),
     ("history_length", lambda v: v >= 0, ">= 0"),
     ("num_tasks", lambda v: v >= 1, ">= 1"),
@@ -296,7 +307,7 @@ KEY_GROUPS: dict[str, list[str]] = {
     "model": ["model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"],
     "environment and tasks": ["env_id", "env_kwargs", "env_modules", "task_split", "task_families",
                               "task_options", "task_seed_start", "num_tasks"],
-    "rollout": ["context_mode", "history_length", "max_turns", "max_prompt_tokens", "prefill",
+    "rollout": ["context_mode", "history_length", "max_turns", "max_prompt_tokens", "prefill", "stop_strings",
                 "valid_action_reward", "max_rows_per_rank", "save_rollouts", "env_workers", "env_timeout_s"],
     "credit": ["credit", "credit_kwargs", "gamma", "fingerprint_layer"],
     "collaboration": ["collab", "collab_policies", "role_schedule", "role_block_steps", "collab_rating_template"],

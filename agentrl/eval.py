@@ -215,6 +215,7 @@ SETTINGS = {
     "max_new_tokens": ("max_completion_length", 64, "--max-new-tokens"),
     "max_turns": ("max_turns", None, "--max-turns"),
     "max_prompt_tokens": ("max_prompt_tokens", 2048, "--max-prompt-tokens"),
+    "stop_strings": ("stop_strings", None, "--stop-strings"),
 }
 
 
@@ -237,7 +238,8 @@ class Settings:
         return (f"{checkpoint}: env {v['env_id']}, env_kwargs {json.dumps(v['env_kwargs'])}, context "
                 f"{v['context_mode']}, history {v['history_length']}, prefill {v['prefill']!r}, max_new_tokens "
                 f"{v['max_new_tokens']}, max_turns {v['max_turns'] or 'env limit'}, max_prompt_tokens "
-                f"{v['max_prompt_tokens']} ({origin})")
+                f"{v['max_prompt_tokens']}{', stop ' + json.dumps(v['stop_strings']) if v['stop_strings'] else ''} "
+                f"({origin})")
 
 
 def resolve_settings(checkpoint: str, **given) -> Settings:
@@ -286,6 +288,7 @@ def evaluate(
     prefill: str | None = None,
     max_turns: int | None = None,
     max_prompt_tokens: int | None = None,
+    stop_strings: list[str] | None = None,
     batch_size: int = 16,
     model_and_tokenizer=None,
     progress: bool = False,
@@ -309,7 +312,7 @@ def evaluate(
 
     st = resolve_settings(checkpoint, env_id=env_id, env_kwargs=env_kwargs, context_mode=context_mode,
                           history_length=history_length, prefill=prefill, max_new_tokens=max_new_tokens,
-                          max_turns=max_turns, max_prompt_tokens=max_prompt_tokens)
+                          max_turns=max_turns, max_prompt_tokens=max_prompt_tokens, stop_strings=stop_strings)
     if verbose:
         print("settings: " + st.describe(checkpoint), flush=True)
         for w in st.warnings:
@@ -342,7 +345,8 @@ def evaluate(
                                   do_sample=temperature > 0)
     rollout = RolloutSettings(env_id, env_kwargs=dict(v["env_kwargs"] or {}), context_mode=v["context_mode"],
                               history_length=v["history_length"], max_turns=v["max_turns"],
-                              max_prompt_tokens=v["max_prompt_tokens"], prefill=v["prefill"], progress=progress)
+                              max_prompt_tokens=v["max_prompt_tokens"], prefill=v["prefill"],
+                              stop_strings=tuple(v["stop_strings"] or ()), progress=progress)
     if all_tasks is None:
         all_tasks = [{"seed": s, "options": options, "group_id": f"eval-{s}"} for s in seeds]
     else:
@@ -413,6 +417,8 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     g.add_argument("--max-new-tokens", type=int, default=None, help="tokens per action (training's max_completion_length)")
     g.add_argument("--max-turns", type=int, default=None, help="step cap per episode (training's max_turns)")
     g.add_argument("--max-prompt-tokens", type=int, default=None, help="prompt budget per turn")
+    g.add_argument("--stop-strings", default=None,
+                   help="comma-separated strings that end a turn, e.g. '</python>,</answer>' (training's stop_strings)")
     return p.parse_args(argv)
 
 
@@ -429,6 +435,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise EvalError(f"--{flag.replace('_', '-')} must be >= 1")
         if args.history_length is not None and args.history_length < 0:
             raise EvalError("--history-length must be >= 0")
+        stop_strings = None
+        if args.stop_strings is not None:
+            stop_strings = [x for x in args.stop_strings.split(",") if x]
+            if not stop_strings:
+                raise EvalError("--stop-strings needs at least one non-empty string")
         datasets = None
         for d in args.dataset or []:
             name, eq, path = d.partition("=")
@@ -451,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
                                     max_new_tokens=args.max_new_tokens, env_kwargs=env_kwargs,
                                     context_mode=args.context_mode, history_length=args.history_length,
                                     prefill=args.prefill, max_turns=args.max_turns,
-                                    max_prompt_tokens=args.max_prompt_tokens, datasets=datasets,
+                                    max_prompt_tokens=args.max_prompt_tokens, stop_strings=stop_strings,
+                                    datasets=datasets,
                                     progress=sys.stderr.isatty(), verbose=True))
     except (EvalError, ValueError) as e:
         print(f"agentrl eval: {e}", file=sys.stderr)

@@ -40,6 +40,8 @@ class HeldOutSettings:
     """Completion length per turn (the recipe's ``max_completion_length``)."""
     prefill: str = "<action>"
     """Text after the assistant header."""
+    stop_strings: tuple[str, ...] = ()
+    """Strings that end a turn (the recipe's ``stop_strings``)."""
 
     @classmethod
     def from_config(cls, cfg, split: str = "valid", episodes: int = 59,
@@ -50,7 +52,7 @@ class HeldOutSettings:
                    env_kwargs=dict(cfg.env_kwargs or {}), context_mode=cfg.context_mode,
                    history_length=cfg.history_length, max_turns=cfg.max_turns,
                    max_prompt_tokens=cfg.max_prompt_tokens, max_new_tokens=cfg.max_completion_length,
-                   prefill=cfg.prefill)
+                   prefill=cfg.prefill, stop_strings=tuple(cfg.stop_strings or ()))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,7 +76,8 @@ def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str
     tasks = [{"seed": k, "options": options, "group_id": f"heldout-{k}"} for k in range(s.episodes)]
     rs = RolloutSettings(s.env_id, env_kwargs=s.env_kwargs, context_mode=s.context_mode,
                          history_length=s.history_length, max_turns=s.max_turns,
-                         max_prompt_tokens=s.max_prompt_tokens, prefill=s.prefill)
+                         max_prompt_tokens=s.max_prompt_tokens, prefill=s.prefill,
+                         stop_strings=tuple(s.stop_strings))
     eps = run_episodes(tasks, gen, tok, rs)
     m = episode_metrics(eps)  # the trainer's and agentrl eval's numbers, from the same function
     return {"success": 100 * m["env/success"], "success_se": 100 * m["env/success_se"], "episodes": len(eps),

@@ -30,7 +30,7 @@ LIBRARIES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "
 
 # The settings an episode depends on, as AgentRLConfig names them; eval defaults to these.
 ROLLOUT_SETTINGS = ("env_id", "env_kwargs", "env_modules", "context_mode", "history_length", "prefill",
-                    "max_completion_length", "max_turns", "max_prompt_tokens")
+                    "max_completion_length", "max_turns", "max_prompt_tokens", "stop_strings")
 
 
 def _jsonable(v: Any) -> Any:

@@ -177,6 +177,19 @@ def test_eval_defaults_to_training_settings(tiny_run, tmp_path, capsys):
     assert settings["env_kwargs"] == {"prompt_style": "compact"} and settings["history_length"] == 1
 
 
+def test_eval_reads_the_stop_strings_of_training(tmp_path):
+    from agentrl.eval import resolve_settings
+
+    run = tmp_path / "run"
+    (run / "checkpoint-4").mkdir(parents=True)
+    (run / "recipe.yaml").write_text("env_id: agentrl/ToolReason-v0\ncontext_mode: trajectory\nprefill: ''\n"
+                                     "stop_strings: ['</python>', '</answer>']\n")
+    s = resolve_settings(str(run / "checkpoint-4"))
+    assert s.values["stop_strings"] == ["</python>", "</answer>"] and s.source.endswith("recipe.yaml")
+    assert "stop [\"</python>\", \"</answer>\"]" in s.describe("ck")
+    assert resolve_settings(str(run / "checkpoint-4"), stop_strings=["</search>"]).overridden == ["stop_strings"]
+
+
 def test_eval_bad_input():
     p = subprocess.run([sys.executable, "-m", "agentrl", "eval", "--checkpoint", "/nonexistent",
                         "--env", "agentrl/TextCraft-v0"], cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -193,6 +206,7 @@ def test_eval_bad_input_in_process(tmp_path, capsys):
     base = ["--checkpoint", str(adapter), "--env", "agentrl/TextCraft-v0", "--episodes", "2"]
     cases = [
         (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (["--stop-strings", ","], "--stop-strings needs at least one non-empty string"),
         (["--split", "nosuch"], "cannot reset agentrl/TextCraft-v0"),  # not 0% over failed resets
         (["--families", "nope"], "cannot reset agentrl/TextCraft-v0"),
         ([], "cannot load"),  # the adapter's base model is not here

@@ -123,6 +123,9 @@ def test_recipes_resolve_as_the_flat_files_did():
             if expected["credit"] != "grpo":
                 extra["norm"] = "mean"
             expected = {**expected, "credit_kwargs": {**expected["credit_kwargs"], **extra}}
+        if str(r).startswith("recipes/appo/"):
+            # a tool call or the answer ends the turn on the transformers path too (stop_strings)
+            expected = {**expected, "stop_strings": ["</python>", "</search>", "</answer>"]}
         if expected["env_id"] in ("agentrl/ALFWorld-v0", "agentrl/SWE-v0"):
             expected = {**expected, "env_workers": "auto"}  # costly envs step in worker processes
         assert _effective(read_recipe_file(REPO / r)) == expected, r

@@ -43,6 +43,8 @@ def _check(argv, capsys):
     (dict(gamma=1.5), [], "gamma must be in [0, 1]"),
     (dict(credit_kwargs={"gamma": 0.9}), [], "gamma is set twice"),
     (dict(context_mode="sideways"), [], "context_mode must be one of"),
+    (dict(stop_strings=["</python>", ""]), [], "stop_strings must be a list of non-empty strings"),
+    (dict(stop_strings="</python>"), [], "stop_strings must be a list of non-empty strings"),
 ])
 def test_value_checks_one_line_exit_2(tmp_path, capsys, kw, extra, needle):
     rc, err = _check([_recipe(tmp_path, **kw), *extra], capsys)

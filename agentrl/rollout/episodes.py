@@ -32,7 +32,7 @@ from agentrl.actions import parse_action
 from agentrl.records import StepRecord
 from agentrl.rollout.contexts import Context, make_context
 from agentrl.rollout.env_batch import EnvBatch, EnvFailure, InProcessEnvs
-from agentrl.rollout.prompts import chat_text, encode
+from agentrl.rollout.prompts import chat_text, cut_at_stop, encode
 from agentrl.rollout.settings import RolloutSettings
 
 
@@ -282,9 +282,10 @@ class _Rollout:
         out = self.generate(prompts)
         self.timing.generate_s += time.perf_counter() - t0
         self.timing.turns += 1
-        if isinstance(out, GenerateOutput):
-            return out.completion_ids, out.fingerprints
-        return out, None
+        comps, fps = (out.completion_ids, out.fingerprints) if isinstance(out, GenerateOutput) else (out, None)
+        if self.settings.stop_strings:
+            comps = [cut_at_stop(list(c), self.tokenizer, self.settings.stop_strings) for c in comps]
+        return comps, fps
 
     def _step(self, active: list[Slot], completions, fps) -> None:
         """One step_many for all active slots, then each result applied to its episode."""

@@ -101,3 +101,28 @@ class TurnTemplate:
         assistant header and the prefill."""
         close = self.close_after_eos if completion_ended_with_eos else self.close
         return close + self.open_user + obs_msg + self.close_user + prefill
+
+
+def cut_at_stop(ids: list[int], tokenizer, stops: tuple[str, ...] | list[str]) -> list[int]:
+    """``ids`` up to and including the token whose text (``decode_response``) completes the first stop string
+    (unchanged when none occurs). transformers' ``generate`` cannot stop on strings without the
+    tokenizer, which TRL does not pass it, so the turn is cut after generation; vLLM stops itself
+    and its completions come back unchanged. Binary search over prefixes: once a prefix's text
+    holds a stop string, every longer prefix's does."""
+    if not stops or not ids:
+        return ids
+
+    def holds(k: int) -> bool:
+        text = decode_response(tokenizer, ids[:k])
+        return any(s in text for s in stops)
+
+    if not holds(len(ids)):
+        return ids
+    lo, hi = 1, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return ids[:lo]

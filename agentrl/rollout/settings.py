@@ -32,6 +32,9 @@ class RolloutSettings:
     trajectory: the whole sequence so far must fit, else the episode ends truncated."""
     prefill: str = "<action>"
     """Text put right after the assistant header; it is part of the response the env sees."""
+    stop_strings: tuple[str, ...] = ()
+    """A turn's response ends after the first of these strings (``cut_at_stop``): the tokens a
+    generator produced past it are dropped before the env sees the response or a row is built."""
     progress: bool = False
     """Show a tqdm bar over turns."""
     sync: Callable[[int], int] | None = None

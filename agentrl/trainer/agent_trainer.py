@@ -256,7 +256,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         settings = RolloutSettings(
             env_id=a.env_id, env_kwargs=dict(a.env_kwargs or {}), context_mode=a.context_mode,
             history_length=a.history_length, max_turns=a.max_turns, max_prompt_tokens=a.max_prompt_tokens,
-            prefill=a.prefill, progress=self.accelerator.is_main_process and not a.disable_tqdm,
+            prefill=a.prefill, stop_strings=tuple(a.stop_strings or ()),
+            progress=self.accelerator.is_main_process and not a.disable_tqdm,
             sync=self._sync if self.accelerator.num_processes > 1 else None, pad_batch=self.use_vllm,
             fingerprints_after=self._fingerprints_after if self.need_fingerprint and self.use_vllm else None)
         return replace(settings, **overrides)
