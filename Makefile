@@ -60,7 +60,8 @@ demo-quick: setup
 # The arena (agentrl/arena.py) on the demo task: every estimator from the demo's seed-0 warm start.
 ARENA_ESTIMATORS ?= grpo,rloo,gigpo,hgpo,bigpo:embedder=hash_ngram,bipace_q,rtmc,salt
 ARENA_SEEDS ?= 0,1,2
-ARENA_STEPS ?= 40
+# 24 runs x 20 steps fit about 90 minutes of 2 idle cores; 40 steps take twice that
+ARENA_STEPS ?= 20
 ARENA_WORKERS ?= 2
 arena: setup
 	$(BIN)/python -m agentrl.demo --warm-only --out runs/arena/warm
