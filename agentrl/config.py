@@ -158,7 +158,9 @@ class AgentRLConfig(GRPOConfig):
     role_schedule: str = field(
         default="blocks",
         metadata={"help": "'blocks': one role trains for role_block_steps optimizer steps, in role order (Thinker "
-                          "first; arXiv 2603.21563 Thm. 4.1); 'both': every role every step (one shared policy)."},
+                          "first; arXiv 2603.21563 Thm. 4.1); 'both': every role on every rollout (one shared policy: "
+                          "in the same steps; separate policies: in role-ordered steps, steps_per_generation a "
+                          "multiple of gradient_accumulation_steps x roles; agentrl.trainer.role_steps)."},
     )
     role_block_steps: int = field(default=10, metadata={"help": "Optimizer steps per role block (paper: 10)."})
     collab_rating_template: str | None = field(

@@ -18,7 +18,10 @@ TRL's ``num_generations`` copies of a task are the prompt group):
    each role turn its advantage; CCPO's EMA statistics (``ccpo_state``) carry over iterations.
 5. **Update**: only the trained roles' turns become rows (``RoleSchedule``): in ``blocks`` one
    role trains for ``role_block_steps`` optimizer steps, in role order (Thinker first), while
-   the other policies' weights and optimizer states stay parked, exact (``PolicySlots``).
+   the other policies' weights and optimizer states stay parked, exact (``PolicySlots``). In
+   ``both`` every role trains on every rollout: with one shared policy in the same optimizer
+   steps; with separate policies in role-ordered optimizer steps, each step one role's rows
+   with its policy activated before it (``agentrl.trainer.role_steps``).
 
 Checkpoints add ``collab_state.pt`` (parked weights and optimizer states, CCPO's statistics,
 the schedule); a resumed run continues the schedule from the checkpoint's step. The final
@@ -34,7 +37,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from accelerate.utils import gather_object
 
 from agentrl.collab import Collaboration, Role, clean_output, counterfactual, to_dict
 from agentrl.collab.context import RoleTokens
@@ -44,10 +49,13 @@ from agentrl.credit.collab import RATING_TEMPLATE, SOLVER, THINKER, CcpoState, p
 from agentrl.credit.collab_records import state_from_diagnostics
 from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord
+from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming
 from agentrl.rollout.prompts import chat_text, decode_response, encode
 from agentrl.trainer.agent_trainer import AgentGRPOTrainer, Credited
 from agentrl.trainer.policies import PolicySlots
+from agentrl.trainer.role_steps import RoleSteps
+from agentrl.trainer.rows import RowCounts, real_token_share
 
 COLLAB_STATE = "collab_state.pt"
 
@@ -86,6 +94,10 @@ class CollabTrainer(AgentGRPOTrainer):
         self.policies = PolicySlots(self.accelerator.unwrap_model(self.model), self.collab.policies,
                                     lambda: self.optimizer)
         self.schedule = RoleSchedule(self.collab.role_names, args.role_schedule, args.role_block_steps)
+        self.role_steps = (RoleSteps(len(self.collab.roles), args.steps_per_generation,
+                                     args.gradient_accumulation_steps)
+                           if args.role_schedule == "both" and self.policies.separate else None)
+        """Role-ordered optimizer steps (``both`` with separate policies), else None."""
         self.ccpo_state = CcpoState()
         """CCPO's running statistics (App. C.2), updated once per training iteration."""
         self.need_solo = args.credit in SOLO_CREDITS
@@ -102,7 +114,7 @@ class CollabTrainer(AgentGRPOTrainer):
         self._timing = RolloutTiming()
         t0 = time.perf_counter()
         train = self.schedule.trained(self.state.global_step) if self.model.training else ()
-        if train:
+        if train and self.role_steps is None:  # role-ordered steps activate in training_step
             self.policies.activate(self.collab.role(train[0]).policy)
         self.collab_times = {f"{p}{u}": 0.0 for p in ("counterfactual", "rating") for u in ("_s", "_cpu_s")}
         with self._timed("joint"):
@@ -176,6 +188,73 @@ class CollabTrainer(AgentGRPOTrainer):
         for k, a in enumerate(answers):
             a.info["ratings"] = {who: [r[k].thinker, r[k].solver, r[k].valid] for who, r in ratings.items()}
 
+    # ------------------------------------------------------------------ role-ordered steps
+    def _role_ordered(self, mode: str) -> bool:
+        return self.role_steps is not None and mode == "train"
+
+    def _episode_rows(self, episodes: list[Episode], adv_local: np.ndarray) -> list[Row]:
+        """Role-ordered steps: the rows role after role, also kept per role for ``_balance_rows``."""
+        if not self._role_ordered("train" if self.model.training else "eval"):
+            return super()._episode_rows(episodes, adv_local)
+        names = self.collab.role_names
+        by_role: dict[str, list[Row]] = {n: [] for n in names}
+        i = 0
+        for ep in episodes:
+            n = len(ep.steps)
+            if n:
+                by_role[ep.tokens.role.name] += ep.context.rows(ep, adv_local[i: i + n])
+            i += n
+        self._rows_by_role = [by_role[n] for n in names]
+        return [r for rows in self._rows_by_role for r in rows]
+
+    def _balance_rows(self, rows: list[Row], mode: str) -> tuple[list[Row], RowCounts]:
+        """Role-ordered steps: every role's rows to one count R on every rank, role after role."""
+        if not self._role_ordered(mode):
+            return super()._balance_rows(rows, mode)
+        n_max = max(len(r) for r in self._rows_by_role)
+        if self.accelerator.num_processes > 1:
+            n_max = max(gather_object([n_max]))
+        rng = np.random.default_rng([self.args.seed, self.state.global_step, self.accelerator.process_index])
+        return self.role_steps.balance(self._rows_by_role, n_max, self.args.max_rows_per_rank,
+                                       self._tokenizer.pad_token_id, rng)
+
+    def _logps_for_loss(self, batch: dict[str, Any], mode: str) -> dict[str, torch.Tensor]:
+        """Role-ordered steps: each role's rows get their old log-probs from their own policy."""
+        if not self._role_ordered(mode):
+            return super()._logps_for_loss(batch, mode)
+        rows = batch["prompt_ids"].shape[0]
+        per = rows // self.role_steps.n_roles
+        parts = []
+        for k, role in enumerate(self.collab.roles):
+            idx = torch.arange(k * per, (k + 1) * per, device=batch["prompt_ids"].device)
+            sub = {key: v[idx] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == rows else v
+                   for key, v in batch.items()}
+            with self.policies.use(role.policy):
+                parts.append(super()._logps_for_loss(sub, mode))
+        return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        """Role-ordered steps: the rollout's micro-batches role after role (``RoleSteps.micro_batches``)."""
+        if not (self.model.training and self.role_steps is not None):
+            return super()._prepare_inputs(generation_batch)
+        spg = self.args.steps_per_generation
+        if self._step % (spg * self.num_iterations) == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            by_length = self.loss_type != "bnpo" and self.top_entropy_quantile == 1.0
+            self._buffered_inputs = self.role_steps.micro_batches(
+                batch, by_length, lambda t: self.accelerator.gather(t).sum())
+            self._metrics["train"]["rows/real_token_share"].append(real_token_share(self._buffered_inputs))
+        return self._buffered_inputs[self._step % spg]
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        """Role-ordered steps: activate the role's policy before its optimizer step's first
+        micro-batch (no gradients are pending there)."""
+        if self.role_steps is not None and self._step % self.args.gradient_accumulation_steps == 0:
+            k = self.role_steps.role_at(self._step)
+            self.policies.activate(self.collab.roles[k].policy)
+            self._metrics["train"]["collab/trained_role"].append(float(k))
+        return super().training_step(model, inputs, num_items_in_batch)
+
     # ------------------------------------------------------------------ credit and metrics
     def _gather_and_credit(self, episodes: list[Episode]) -> Credited:
         if self.args.credit == "ccpo":
@@ -199,6 +278,8 @@ class CollabTrainer(AgentGRPOTrainer):
         for k, v in t.items():
             m[f"collab/{k}"].append(float(v))
         m["collab/counterfactual_overhead"].append(t.get("counterfactual_s", 0.0) / max(t.get("joint_s", 0.0), 1e-9))
+        if self.role_steps is not None:
+            return  # logged per optimizer step (training_step)
         trained = self.schedule.trained(self.state.global_step)
         m["collab/trained_role"].append(float(self.collab.role_names.index(trained[0])) if len(trained) == 1
                                         else -1.0)
