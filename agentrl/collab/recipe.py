@@ -8,6 +8,7 @@ Recipe keys (``AgentRLConfig``)::
     role_block_steps: 10         #   order (Thinker first); both: every role every rollout (with
                                  #   separate policies in role-ordered optimizer steps)
     credit: ccpo                 # shared | ccpo | ccpo_bonus | sepo
+    collab_models: {thinker: P}  # optional: roles on their own base model (agentrl.trainer.role_models)
     env_id: agentrl/MathAnswer-v0
 
 ``collab_policies: shared`` gives every role one policy (the one-model baseline); ``lora`` and
@@ -80,6 +81,29 @@ def _check_role_ordered_steps(cfg, n_roles: int) -> None:
                           "rollouts")
 
 
+def _check_role_models(cfg, c: Collaboration) -> None:
+    """``collab_models``: roles on their own base model (``agentrl.trainer.role_models``)."""
+    models = cfg.collab_models
+    if cfg.collab_policies != "full":
+        raise CollabError("collab_models trains every model fully: set collab_policies: full and use_peft: false")
+    for name, path in models.items():
+        if name not in c.role_names:
+            raise CollabError(f"collab_models names role {name!r}; the roles are {', '.join(c.role_names)}")
+        if not isinstance(path, str) or not path:
+            raise CollabError(f"collab_models: role {name!r} needs a model path or hub id, got {path!r}")
+    main = [r for r in c.roles if r.name not in models]
+    if not main:
+        raise CollabError("collab_models gives every role its own model: leave one role on model_name_or_path")
+    shared = {r.policy for r in main} & {c.role(n).policy for n in models}
+    if shared:
+        raise CollabError(f"collab_models: policy {sorted(shared)[0]!r} is played by a role on its own model and by "
+                          "a role on model_name_or_path: give the roles separate policies")
+    if cfg.role_schedule != "blocks":
+        raise CollabError("collab_models trains one role per rollout: set role_schedule: blocks")
+    if cfg.beta != 0:
+        raise CollabError(f"collab_models has no reference model per role model: set beta: 0 (got {cfg.beta:g})")
+
+
 def check_config(cfg) -> Collaboration | None:
     """The collaboration of ``cfg`` (None when ``collab`` is unset); CollabError (one line) when
     the collab keys, the credit module, the env and the policies do not fit together."""
@@ -116,6 +140,8 @@ def check_config(cfg) -> Collaboration | None:
         raise CollabError("collab is set: valid_action_reward must be 0 (it would shift R_joint and R_solo)")
     if cfg.role_schedule == "both" and len(c.policies) > 1:
         _check_role_ordered_steps(cfg, len(c.roles))
+    if cfg.collab_models:
+        _check_role_models(cfg, c)
     generate_every = cfg.steps_per_generation * cfg.num_iterations
     if cfg.role_schedule == "blocks" and (generate_every % cfg.gradient_accumulation_steps
                                           or cfg.role_block_steps % (generate_every // cfg.gradient_accumulation_steps)):
