@@ -21,6 +21,7 @@ from test_collab_both import _spy_micro_batches
 from test_collab_trainer import build, make_cfg
 from transformers import AutoConfig, AutoTokenizer, TrainerCallback
 
+from agentrl.collab.eval_cli import generator, load_run, play
 from agentrl.recipe_file import RecipeError
 
 
@@ -88,6 +89,10 @@ def test_each_model_plays_and_trains_its_own_role(tmp_path, collab_model_dir, co
     for policy, hidden, vocab in (("thinker", 48, 300), ("solver", 32, 400)):
         d = tmp_path / "final" / "policies" / policy
         assert AutoConfig.from_pretrained(d).hidden_size == hidden and len(AutoTokenizer.from_pretrained(d)) <= vocab
+    # agentrl eval-collab plays the saved pair, each policy with its own tokenizer
+    c, models, toks = load_run(str(tmp_path / "final"), None, "think_solve")
+    assert len(toks["thinker"]) <= 300 < len(toks["solver"])
+    assert len(play(c, ["Calculate 2 + 3."], generator(models, toks, 8, 1.0, 1.0, 4))) == 1
 
 
 def test_resume_restores_the_role_model_and_its_optimizer(tmp_path, collab_model_dir, collab_other_model_dir):
