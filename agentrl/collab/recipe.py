@@ -84,8 +84,9 @@ def _check_role_ordered_steps(cfg, n_roles: int) -> None:
 def _check_role_models(cfg, c: Collaboration) -> None:
     """``collab_models``: roles on their own base model (``agentrl.trainer.role_models``)."""
     models = cfg.collab_models
-    if cfg.collab_policies != "full":
-        raise CollabError("collab_models trains every model fully: set collab_policies: full and use_peft: false")
+    if cfg.collab_policies == "shared":
+        raise CollabError("collab_models gives roles their own policies: set collab_policies: full (every weight) "
+                          "or lora (an adapter per model)")
     for name, path in models.items():
         if name not in c.role_names:
             raise CollabError(f"collab_models names role {name!r}; the roles are {', '.join(c.role_names)}")

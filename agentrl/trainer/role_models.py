@@ -5,6 +5,8 @@ a 1.5B Solver (arXiv 2603.21563 Table 3).
 architecture and a tokenizer. A role named in ``collab_models`` instead gets a second model
 object with its own tokenizer and its own optimizer (same class and settings as the Trainer's,
 ``Trainer.get_optimizer_cls_and_kwargs``); the Trainer's model plays and trains the other roles.
+With ``collab_policies: full`` every weight of it trains; with ``lora`` it gets its own LoRA
+adapter (the run's ``lora_*`` settings) on its frozen base, as the Trainer's model does.
 
 * **Generation**: the role's prompts are encoded with its tokenizer (its chat template) and
   sampled with the run's sampling settings (``GRPOTrainer.generation_kwargs``) and its own pad /
@@ -14,8 +16,9 @@ object with its own tokenizer and its own optimizer (same class and settings as 
   clips this model's gradients (``max_grad_norm``), steps its optimizer at the learning rate of
   the run's schedule at that step (one schedule for every model) and clears them. The Trainer's
   own optimizer steps too, with no gradients: AdamW leaves such parameters and their state alone.
-* **Checkpoints**: ``role_models/<role>.pt`` in each checkpoint (weights and optimizer state,
-  exact); the final ``save_model`` writes ``policies/<policy>/`` with the role's tokenizer.
+* **Checkpoints**: ``role_models/<role>.pt`` in each checkpoint (its trainable weights and its
+  optimizer state, exact); the final ``save_model`` writes ``policies/<policy>/`` (the model or
+  the adapter) with the role's tokenizer.
 
 One process only: the second model is not wrapped for DDP and ZeRO-3 would partition it.
 """
@@ -88,14 +91,21 @@ class RoleModel:
         return float(norm)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "path": self.path, "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+        """The trainable weights (a frozen base is reloaded from ``path``) and the optimizer state."""
+        return {"role": self.role, "path": self.path,
+                "trainable": {n: p.detach().cpu() for n, p in self.model.named_parameters() if p.requires_grad},
                 "optimizer": self.optimizer.state_dict()}
 
+    @torch.no_grad()
     def load_state_dict(self, d: dict[str, Any]) -> None:
         """Weights copied into the existing parameters (the optimizer keeps pointing at them)."""
         if d["role"] != self.role:
             raise ValueError(f"checkpoint holds role {d['role']!r}'s model, not {self.role!r}'s")
-        self.model.load_state_dict(d["model"])
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        if set(params) != set(d["trainable"]):
+            raise ValueError(f"checkpoint's {self.role} model has other trainable parameters than this run's")
+        for n, p in params.items():
+            p.copy_(d["trainable"][n])
         self.optimizer.load_state_dict(d["optimizer"])
 
 
@@ -110,9 +120,16 @@ def load_role_model(role: str, path: str, trainer) -> RoleModel:
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     model = create_model_from_path(local, **dict(args.model_init_kwargs or {})).to(trainer.accelerator.device)
+    base = model
+    if args.use_peft:
+        from peft import get_peft_model
+
+        from agentrl.train import build_peft_config
+
+        model = get_peft_model(model, build_peft_config(args))
     # TRL's loss asks the model for log-probs through the fused LM head it patches into the
     # Trainer's model (GRPOTrainer.__init__); the role model gets the same patch
-    add_fused_lm_head(model, temperature=trainer.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
+    add_fused_lm_head(base, temperature=trainer.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
                       outputs=("log_probs", "entropy"))
     model.train()
     checkpointing = None

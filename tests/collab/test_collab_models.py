@@ -13,7 +13,9 @@ Runtime: ~35 s on 1 thread.
 from __future__ import annotations
 
 import copy
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,8 +27,10 @@ from agentrl.collab.eval_cli import generator, load_run, play
 from agentrl.recipe_file import RecipeError
 
 
-def _cfg(tmp_path, main, other, name="out", **kw):
-    return make_cfg(tmp_path, main, name=name, collab_policies="full", collab_models={"thinker": other}, **kw)
+def _cfg(tmp_path, main, other, policies="full", name="out", **kw):
+    lora = dict(use_peft=True, lora_r=4, lora_alpha=8, lora_dropout=0.0) if policies == "lora" else {}
+    return make_cfg(tmp_path, main, name=name, collab_policies=policies, collab_models={"thinker": other}, **lora,
+                    **kw)
 
 
 def _weights(m):
@@ -37,8 +41,9 @@ def _changed(a, b):
     return any(not torch.equal(a[n], b[n]) for n in a)
 
 
-def test_each_model_plays_and_trains_its_own_role(tmp_path, collab_model_dir, collab_other_model_dir):
-    tr = build(_cfg(tmp_path, collab_model_dir, collab_other_model_dir))
+@pytest.mark.parametrize("policies", ["full", "lora"])
+def test_each_model_plays_and_trains_its_own_role(tmp_path, collab_model_dir, collab_other_model_dir, policies):
+    tr = build(_cfg(tmp_path, collab_model_dir, collab_other_model_dir, policies))
     thinker = tr.role_models["thinker"]
     assert tr.policies.names == ("solver",) and thinker.model.config.hidden_size == 48
     assert thinker.model.get_input_embeddings().num_embeddings != tr.model.get_input_embeddings().num_embeddings
@@ -88,6 +93,8 @@ def test_each_model_plays_and_trains_its_own_role(tmp_path, collab_model_dir, co
     tr.save_model(str(tmp_path / "final"))
     for policy, hidden, vocab in (("thinker", 48, 300), ("solver", 32, 400)):
         d = tmp_path / "final" / "policies" / policy
+        if policies == "lora":  # an adapter on the role's own base
+            d = Path(json.loads((d / "adapter_config.json").read_text())["base_model_name_or_path"])
         assert AutoConfig.from_pretrained(d).hidden_size == hidden and len(AutoTokenizer.from_pretrained(d)) <= vocab
     # agentrl eval-collab plays the saved pair, each policy with its own tokenizer
     c, models, toks = load_run(str(tmp_path / "final"), None, "think_solve")
@@ -95,12 +102,15 @@ def test_each_model_plays_and_trains_its_own_role(tmp_path, collab_model_dir, co
     assert len(play(c, ["Calculate 2 + 3."], generator(models, toks, 8, 1.0, 1.0, 4))) == 1
 
 
-def test_resume_restores_the_role_model_and_its_optimizer(tmp_path, collab_model_dir, collab_other_model_dir):
-    ref = build(_cfg(tmp_path, collab_model_dir, collab_other_model_dir, save_strategy="steps", save_steps=1))
+@pytest.mark.parametrize("policies", ["full", "lora"])
+def test_resume_restores_the_role_model_and_its_optimizer(tmp_path, collab_model_dir, collab_other_model_dir,
+                                                           policies):
+    ref = build(_cfg(tmp_path, collab_model_dir, collab_other_model_dir, policies, save_strategy="steps",
+                     save_steps=1))
     ref.train()
     ckpt = tmp_path / "out" / "checkpoint-1"  # mid Thinker block: its model's AdamW state carries on
     assert (ckpt / "role_models" / "thinker.pt").is_file()
-    res = build(_cfg(tmp_path, collab_model_dir, collab_other_model_dir, overwrite_output_dir=False))
+    res = build(_cfg(tmp_path, collab_model_dir, collab_other_model_dir, policies, overwrite_output_dir=False))
     res.train(resume_from_checkpoint=str(ckpt))
     assert res.ccpo_state == ref.ccpo_state
     pairs = [(ref.role_models["thinker"].model, res.role_models["thinker"].model), (ref.model, res.model)]
@@ -121,7 +131,7 @@ def test_sepo_ratings_use_each_roles_model(tmp_path, collab_model_dir, collab_ot
 @pytest.mark.parametrize("kw, needle", [
     (dict(collab_models={"critic": "x"}, collab_policies="full"), "collab_models names role 'critic'; the roles are thinker, solver"),
     (dict(collab_models={"thinker": "x", "solver": "y"}, collab_policies="full"), "leave one role on model_name_or_path"),
-    (dict(collab_models={"thinker": "x"}, collab_policies="shared"), "set collab_policies: full"),
+    (dict(collab_models={"thinker": "x"}, collab_policies="shared"), "set collab_policies: full (every weight)"),
     (dict(collab_models={"thinker": "x"}, collab_policies="full", role_schedule="both", steps_per_generation=2,
           per_device_train_batch_size=4), "set role_schedule: blocks"),
     (dict(collab_models={"thinker": "x"}, collab_policies="full", beta=0.01), "set beta: 0"),
