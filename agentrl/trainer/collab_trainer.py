@@ -55,7 +55,7 @@ from agentrl.rollout.prompts import chat_text, decode_response, encode
 from agentrl.trainer.agent_trainer import AgentGRPOTrainer, Credited
 from agentrl.trainer.policies import PolicySlots
 from agentrl.trainer.role_models import RoleModel, load_role_model, load_role_models, save_role_models
-from agentrl.trainer.role_steps import RoleSteps
+from agentrl.trainer.role_steps import RoleSteps, take_rows
 from agentrl.trainer.rows import RowCounts, real_token_share
 
 COLLAB_STATE = "collab_state.pt"
@@ -254,9 +254,7 @@ class CollabTrainer(AgentGRPOTrainer):
         per = rows // self.role_steps.n_roles
         parts = []
         for k, role in enumerate(self.collab.roles):
-            idx = torch.arange(k * per, (k + 1) * per, device=batch["prompt_ids"].device)
-            sub = {key: v[idx] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == rows else v
-                   for key, v in batch.items()}
+            sub = take_rows(batch, torch.arange(k * per, (k + 1) * per), rows)
             with self.policies.use(role.policy):
                 parts.append(super()._logps_for_loss(sub, mode))
         return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}

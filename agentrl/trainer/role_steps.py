@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -96,19 +97,19 @@ class RoleSteps:
         size = rows // steps
         out = []
         for s in range(steps):
-            step = _take(batch, torch.arange(s * size, (s + 1) * size), rows)
+            step = take_rows(batch, torch.arange(s * size, (s + 1) * size), rows)
             items = count(step["tool_mask"].sum())
             step["num_items_in_batch"] = items * self.steps_per_generation / self.grad_accum
             if by_length:
                 out += length_grouped_micro_batches(step, self.grad_accum)
             else:
                 m = size // self.grad_accum
-                out += [trim_padding(_take(step, torch.arange(i * m, (i + 1) * m), size))
+                out += [trim_padding(take_rows(step, torch.arange(i * m, (i + 1) * m), size))
                         for i in range(self.grad_accum)]
         return out
 
 
-def _take(batch: dict[str, torch.Tensor], idx: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
+def take_rows(batch: dict[str, Any], idx: torch.Tensor, rows: int) -> dict[str, Any]:
     """Rows ``idx`` of every per-row tensor of ``batch``; other entries (0-d tensors) as they are."""
     return {k: v[idx.to(v.device)] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == rows else v
             for k, v in batch.items()}
