@@ -6,7 +6,7 @@ micro-batches the trainer trained on, the Thinker's on one copy and the Solver's
 (without the trainer's old log-probs: at ratio 1 the loss is the on-policy one, so wrong old
 log-probs would show). Each policy must end equal to its copy.
 
-Runtime: ~40 s on 1 thread.
+Runtime: ~15 s on 1 thread (4 tests, idle machine).
 """
 
 from __future__ import annotations

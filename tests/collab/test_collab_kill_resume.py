@@ -7,7 +7,7 @@ It is killed once a checkpoint past the first switch (step >= 3, the Solver load
 Thinker parked) is complete, then resumed from the newest checkpoint; the result is compared with
 an uninterrupted run of the same recipe in this process (same numerics on CPU, one thread).
 
-Runtime: ~45 s on 1 thread (two interpreter start-ups dominate).
+Runtime: ~50 s on 1 thread (two interpreter start-ups and the reference run; ~2 min under load 5).
 """
 
 from __future__ import annotations
