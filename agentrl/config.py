@@ -164,9 +164,18 @@ class AgentRLConfig(GRPOConfig):
     role_schedule: str = field(
         default="blocks",
         metadata={"help": "'blocks': one role trains for role_block_steps optimizer steps, in role order (Thinker "
-                          "first; arXiv 2603.21563 Thm. 4.1); 'both': every role every step (one shared policy)."},
+                          "first; arXiv 2603.21563 Thm. 4.1); 'both': every role on every rollout (one shared policy: "
+                          "in the same steps; separate policies: in role-ordered steps, steps_per_generation a "
+                          "multiple of gradient_accumulation_steps x roles; agentrl.trainer.role_steps)."},
     )
     role_block_steps: int = field(default=10, metadata={"help": "Optimizer steps per role block (paper: 10)."})
+    collab_models: dict | str | None = field(
+        default=None,
+        metadata={"help": "Roles played by their own base model, {role: model path or hub id} (arXiv 2603.21563 "
+                          "Table 3: two different LLMs); the other roles use model_name_or_path. Each such model "
+                          "has its own tokenizer and optimizer and trains every weight (collab_policies: full) or "
+                          "its own LoRA adapter (lora); role_schedule: blocks (agentrl.trainer.role_models)."},
+    )
     collab_rating_template: str | None = field(
         default=None,
         metadata={"help": "SEPO's rating prompt with fields {me} {outcome} {problem} {thinker} {solver} {share} "
@@ -186,7 +195,7 @@ class AgentRLConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        for name in ("env_kwargs", "credit_kwargs", "task_options"):
+        for name in ("env_kwargs", "credit_kwargs", "task_options", "collab_models"):
             v = getattr(self, name)
             if isinstance(v, str):
                 try:
@@ -310,7 +319,8 @@ KEY_GROUPS: dict[str, list[str]] = {
     "rollout": ["context_mode", "history_length", "max_turns", "max_prompt_tokens", "prefill", "stop_strings",
                 "valid_action_reward", "max_rows_per_rank", "save_rollouts", "env_workers", "env_timeout_s"],
     "credit": ["credit", "credit_kwargs", "gamma", "fingerprint_layer"],
-    "collaboration": ["collab", "collab_policies", "role_schedule", "role_block_steps", "collab_rating_template"],
+    "collaboration": ["collab", "collab_policies", "role_schedule", "role_block_steps", "collab_rating_template",
+                      "collab_models"],
     "run folder and launch": ["output_dir", "overwrite_output_dir", "resume_from_checkpoint", "accelerate_config"],
     "optimisation and sampling (TRL GRPOConfig; every GRPOConfig / TrainingArguments key is accepted)": [
         "learning_rate", "max_steps", "num_generations", "per_device_train_batch_size",
@@ -507,7 +517,7 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
     for k, v in _AGENT_DEFAULTS.items():
         data.setdefault(k, v)
     # dict fields go through argparse as strings; pass them as JSON so both paths agree
-    for k in ("env_kwargs", "credit_kwargs", "task_options", "collab"):
+    for k in ("env_kwargs", "credit_kwargs", "task_options", "collab", "collab_models"):
         if isinstance(data.get(k), dict):
             data[k] = json.dumps(data[k])
 

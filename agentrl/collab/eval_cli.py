@@ -32,8 +32,9 @@ class CollabEvalError(Exception):
     """Bad input: one line, exit code 2."""
 
 
-def load_run(run: str | None, model: str | None, collab: str) -> tuple[Collaboration, dict[str, Any], Any]:
-    """The collaboration, one (model, tokenizer) per policy name, and the tokenizer."""
+def load_run(run: str | None, model: str | None, collab: str) -> tuple[Collaboration, dict[str, Any], dict[str, Any]]:
+    """The collaboration, one model per policy name and one tokenizer per policy name (a policy
+    trained on its own base model, ``collab_models``, has its own)."""
     from agentrl.eval import EvalError, load_policy
 
     try:
@@ -42,16 +43,16 @@ def load_run(run: str | None, model: str | None, collab: str) -> tuple[Collabora
 
             c = collaboration(collab, "shared")
             m, tok = load_policy(resolve_model(model)) if Path(resolve_model(model)).is_dir() else _hub(model)
-            return c, {p: m for p in c.policies}, tok
+            return c, {p: m for p in c.policies}, {p: tok for p in c.policies}
         path = Path(run)
         if not (path / "collab.json").is_file():
             raise CollabEvalError(f"{run} has no collab.json: not the output folder of a collaboration run")
         c = from_dict(json.loads((path / "collab.json").read_text()))
-        models, tok = {}, None
+        models, toks = {}, {}
         for p in c.policies:
             folder = path / "policies" / p if len(c.policies) > 1 else path
-            models[p], tok = load_policy(str(folder))
-        return c, models, tok
+            models[p], toks[p] = load_policy(str(folder))
+        return c, models, toks
     except EvalError as e:
         raise CollabEvalError(str(e)) from None
 
@@ -65,16 +66,18 @@ def _hub(model: str):
         raise CollabEvalError(f"cannot load {model}: {first_line(e)}") from None
 
 
-def generator(models: dict[str, Any], tok, max_new_tokens: int, temperature: float, top_p: float, batch: int):
-    """``gen(role, list of messages) -> list of texts`` with the role's policy, in batches."""
+def generator(models: dict[str, Any], toks: dict[str, Any], max_new_tokens: int, temperature: float, top_p: float,
+              batch: int):
+    """``gen(role, list of messages) -> list of texts`` with the role's policy and its tokenizer, in batches."""
     import torch
 
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+    for tok in toks.values():
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
 
     def gen(role: Role, msgs: list[list[dict[str, str]]]) -> list[str]:
-        m = models[role.policy]
+        m, tok = models[role.policy], toks[role.policy]
         out: list[str] = []
         for i in range(0, len(msgs), batch):
             texts = [tok.apply_chat_template(x, tokenize=False, add_generation_prompt=True) for x in msgs[i:i + batch]]
@@ -164,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.manual_seed(a.seed)
         data = problems(a)
-        c, models, tok = load_run(a.run, a.model, a.collab)
-        rows = evaluate(c, data, generator(models, tok, a.max_new_tokens, a.temperature, a.top_p, a.batch))
+        c, models, toks = load_run(a.run, a.model, a.collab)
+        rows = evaluate(c, data, generator(models, toks, a.max_new_tokens, a.temperature, a.top_p, a.batch))
     except CollabEvalError as e:
         print(f"agentrl eval-collab: {e}", file=sys.stderr)
         return 2

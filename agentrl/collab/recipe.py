@@ -5,8 +5,10 @@ Recipe keys (``AgentRLConfig``)::
     collab: think_solve          # or a mapping {name, roles: [...]} (agentrl.collab.spec.from_dict)
     collab_policies: lora        # shared | lora | full (agentrl.trainer.policies)
     role_schedule: blocks        # blocks: one role trains for role_block_steps steps, in role
-    role_block_steps: 10         #   order (Thinker first); both: every role every step
+    role_block_steps: 10         #   order (Thinker first); both: every role every rollout (with
+                                 #   separate policies in role-ordered optimizer steps)
     credit: ccpo                 # shared | ccpo | ccpo_bonus | sepo
+    collab_models: {thinker: P}  # optional: roles on their own base model (agentrl.trainer.role_models)
     env_id: agentrl/MathAnswer-v0
 
 ``collab_policies: shared`` gives every role one policy (the one-model baseline); ``lora`` and
@@ -62,6 +64,47 @@ def _answers_once(env_id: str) -> bool:
     return isinstance(entry, type) and issubclass(entry, MathAnswerEnv)
 
 
+def _check_role_ordered_steps(cfg, n_roles: int) -> None:
+    """``role_schedule: both`` with separate policies trains the roles in turn, one role's rows per
+    optimizer step (``agentrl.trainer.role_steps``): a rollout must hold a whole number of optimizer
+    steps per role, and a checkpoint must fall between rollouts (a resume mid-rollout would
+    generate a new rollout where the uninterrupted run trains the buffered one's next role)."""
+    spg, ga = cfg.steps_per_generation, cfg.gradient_accumulation_steps
+    if spg % (ga * n_roles):
+        raise CollabError(f"role_schedule: both with separate policies trains the {n_roles} roles in turn, one "
+                          f"optimizer step each: steps_per_generation ({spg}) must be a multiple of "
+                          f"gradient_accumulation_steps ({ga}) x {n_roles}, e.g. steps_per_generation: {ga * n_roles}")
+    per_rollout = spg * cfg.num_iterations // ga
+    if cfg.save_strategy == "steps" and cfg.save_steps % per_rollout:
+        raise CollabError(f"role_schedule: both with separate policies: save_steps ({cfg.save_steps:g}) must be a "
+                          f"multiple of the optimizer steps per rollout ({per_rollout}) so checkpoints fall between "
+                          "rollouts")
+
+
+def _check_role_models(cfg, c: Collaboration) -> None:
+    """``collab_models``: roles on their own base model (``agentrl.trainer.role_models``)."""
+    models = cfg.collab_models
+    if cfg.collab_policies == "shared":
+        raise CollabError("collab_models gives roles their own policies: set collab_policies: full (every weight) "
+                          "or lora (an adapter per model)")
+    for name, path in models.items():
+        if name not in c.role_names:
+            raise CollabError(f"collab_models names role {name!r}; the roles are {', '.join(c.role_names)}")
+        if not isinstance(path, str) or not path:
+            raise CollabError(f"collab_models: role {name!r} needs a model path or hub id, got {path!r}")
+    main = [r for r in c.roles if r.name not in models]
+    if not main:
+        raise CollabError("collab_models gives every role its own model: leave one role on model_name_or_path")
+    shared = {r.policy for r in main} & {c.role(n).policy for n in models}
+    if shared:
+        raise CollabError(f"collab_models: policy {sorted(shared)[0]!r} is played by a role on its own model and by "
+                          "a role on model_name_or_path: give the roles separate policies")
+    if cfg.role_schedule != "blocks":
+        raise CollabError("collab_models trains one role per rollout: set role_schedule: blocks")
+    if cfg.beta != 0:
+        raise CollabError(f"collab_models has no reference model per role model: set beta: 0 (got {cfg.beta:g})")
+
+
 def check_config(cfg) -> Collaboration | None:
     """The collaboration of ``cfg`` (None when ``collab`` is unset); CollabError (one line) when
     the collab keys, the credit module, the env and the policies do not fit together."""
@@ -97,8 +140,9 @@ def check_config(cfg) -> Collaboration | None:
     if cfg.valid_action_reward:
         raise CollabError("collab is set: valid_action_reward must be 0 (it would shift R_joint and R_solo)")
     if cfg.role_schedule == "both" and len(c.policies) > 1:
-        raise CollabError("role_schedule: both needs one policy for every role (collab_policies: shared); "
-                          "separate policies train in blocks (role_schedule: blocks)")
+        _check_role_ordered_steps(cfg, len(c.roles))
+    if cfg.collab_models:
+        _check_role_models(cfg, c)
     generate_every = cfg.steps_per_generation * cfg.num_iterations
     if cfg.role_schedule == "blocks" and (generate_every % cfg.gradient_accumulation_steps
                                           or cfg.role_block_steps % (generate_every // cfg.gradient_accumulation_steps)):

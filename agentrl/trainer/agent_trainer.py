@@ -382,7 +382,15 @@ class AgentGRPOTrainer(GRPOTrainer):
         spg = a.steps_per_generation if mode == "train" else 1
         target = row_target(n_max, a.max_rows_per_rank, spg)
         rng = np.random.default_rng([a.seed, self.state.global_step, self.accelerator.process_index])
-        return balance_rows(rows, target, self._tokenizer.pad_token_id, rng)
+        return balance_rows(rows, target, self._row_pad_id(), rng)
+
+    def _row_pad_id(self) -> int:
+        """Pad token of the training rows (the tokenizer of the model they train)."""
+        return self._tokenizer.pad_token_id
+
+    def _loss_model(self):
+        """The model the training rows train (its log-probs are the old ones)."""
+        return self.model
 
     def _episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """``env/*`` metrics over all ranks' episodes (every rank computes the same numbers from
@@ -433,7 +441,7 @@ class AgentGRPOTrainer(GRPOTrainer):
     def _rows_to_batch(self, rows: list[Row], mode: str) -> dict[str, Any]:
         """Rows as TRL's padded tensors, plus old/ref log-probs where TRL's loss needs them."""
         device = self.accelerator.device
-        pad_id = self._tokenizer.pad_token_id
+        pad_id = self._row_pad_id()
         p = [torch.tensor(r.prompt, dtype=torch.long) for r in rows]
         c = [torch.tensor(r.completion, dtype=torch.long) for r in rows]
         prompt_ids = pad(p, padding_value=pad_id, padding_side="left").to(device)
@@ -471,7 +479,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         with torch.no_grad():
             if self.args.gradient_accumulation_steps % generate_every != 0:
                 out["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, ids, att, keep, batch_size=bs)
+                    self._loss_model(), ids, att, keep, batch_size=bs)
             if self.beta != 0.0:
                 out["ref_per_token_logps"] = self._ref_per_token_logps(ids, att, keep, bs)
         return out

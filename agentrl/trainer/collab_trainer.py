@@ -18,7 +18,10 @@ TRL's ``num_generations`` copies of a task are the prompt group):
    each role turn its advantage; CCPO's EMA statistics (``ccpo_state``) carry over iterations.
 5. **Update**: only the trained roles' turns become rows (``RoleSchedule``): in ``blocks`` one
    role trains for ``role_block_steps`` optimizer steps, in role order (Thinker first), while
-   the other policies' weights and optimizer states stay parked, exact (``PolicySlots``).
+   the other policies' weights and optimizer states stay parked, exact (``PolicySlots``). In
+   ``both`` every role trains on every rollout: with one shared policy in the same optimizer
+   steps; with separate policies in role-ordered optimizer steps, each step one role's rows
+   with its policy activated before it (``agentrl.trainer.role_steps``).
 
 Checkpoints add ``collab_state.pt`` (parked weights and optimizer states, CCPO's statistics,
 the schedule); a resumed run continues the schedule from the checkpoint's step. The final
@@ -34,7 +37,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from accelerate.utils import gather_object
 
 from agentrl.collab import Collaboration, Role, clean_output, counterfactual, to_dict
 from agentrl.collab.context import RoleTokens
@@ -44,10 +49,14 @@ from agentrl.credit.collab import RATING_TEMPLATE, SOLVER, THINKER, CcpoState, p
 from agentrl.credit.collab_records import state_from_diagnostics
 from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord
-from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming
+from agentrl.rollout.contexts import Row
+from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming, run_episodes
 from agentrl.rollout.prompts import chat_text, decode_response, encode
 from agentrl.trainer.agent_trainer import AgentGRPOTrainer, Credited
 from agentrl.trainer.policies import PolicySlots
+from agentrl.trainer.role_models import RoleModel, load_role_model, load_role_models, save_role_models
+from agentrl.trainer.role_steps import RoleSteps, take_rows
+from agentrl.trainer.rows import RowCounts, real_token_share
 
 COLLAB_STATE = "collab_state.pt"
 
@@ -83,9 +92,19 @@ class CollabTrainer(AgentGRPOTrainer):
         if len(self.collab.policies) > 1 and self.is_deepspeed_enabled:
             raise RecipeError("separate policies swap weights and optimizer states, which ZeRO-3 partitions: "
                               "use collab_policies: shared under DeepSpeed")
-        self.policies = PolicySlots(self.accelerator.unwrap_model(self.model), self.collab.policies,
-                                    lambda: self.optimizer)
+        models = dict(args.collab_models or {})
+        if models and (self.accelerator.num_processes > 1 or self.is_deepspeed_enabled):
+            raise RecipeError("collab_models runs on one process (the role models are not wrapped for DDP or ZeRO-3)")
+        self.role_models: dict[str, RoleModel] = {role: load_role_model(role, path, self)
+                                                  for role, path in models.items()}
+        """Roles on their own base model (``collab_models``; ``agentrl.trainer.role_models``)."""
+        main = tuple(dict.fromkeys(r.policy for r in self.collab.roles if r.name not in self.role_models))
+        self.policies = PolicySlots(self.accelerator.unwrap_model(self.model), main, lambda: self.optimizer)
         self.schedule = RoleSchedule(self.collab.role_names, args.role_schedule, args.role_block_steps)
+        self.role_steps = (RoleSteps(len(self.collab.roles), args.steps_per_generation,
+                                     args.gradient_accumulation_steps)
+                           if args.role_schedule == "both" and self.policies.separate else None)
+        """Role-ordered optimizer steps (``both`` with separate policies), else None."""
         self.ccpo_state = CcpoState()
         """CCPO's running statistics (App. C.2), updated once per training iteration."""
         self.need_solo = args.credit in SOLO_CREDITS
@@ -102,8 +121,8 @@ class CollabTrainer(AgentGRPOTrainer):
         self._timing = RolloutTiming()
         t0 = time.perf_counter()
         train = self.schedule.trained(self.state.global_step) if self.model.training else ()
-        if train:
-            self.policies.activate(self.collab.role(train[0]).policy)
+        if train and self.role_steps is None and train[0] not in self.role_models:
+            self.policies.activate(self.collab.role(train[0]).policy)  # role-ordered steps: in training_step
         self.collab_times = {f"{p}{u}": 0.0 for p in ("counterfactual", "rating") for u in ("_s", "_cpu_s")}
         with self._timed("joint"):
             joint = self.play(self.collab, tasks, "joint", set(train))
@@ -138,8 +157,7 @@ class CollabTrainer(AgentGRPOTrainer):
             rtasks = [dict(t, traj_id=f"{t['traj_id']}:{part}:{role.name}", options={**t["options"], "grade": final},
                            role=role, outputs=dict(outputs[k]), part=part, collab_id=t["traj_id"],
                            train=role.name in train) for k, t in enumerate(tasks)]
-            with self.policies.use(role.policy):
-                eps = self.rollout(rtasks, context_mode="role", prefill="", max_turns=1)
+            eps = self._play_role(role, rtasks)
             tag = dict(role=role.name, role_index=index[role.name], n_roles=len(self.collab.roles), part=part)
             for k, ep in enumerate(eps):
                 if not ep.steps:  # the prompt did not fit or the env failed: an empty, wrong turn
@@ -149,6 +167,30 @@ class CollabTrainer(AgentGRPOTrainer):
                     r.info.update(tag, collab_id=tasks[k]["traj_id"])
             per_role.append(eps)
         return per_role
+
+    def _play_role(self, role: Role, tasks: list[dict[str, Any]]) -> list[Episode]:
+        """One role's turns, generated by its policy: on the trainer's model, or on its own model
+        with its own tokenizer (``collab_models``)."""
+        rm = self.role_models.get(role.name)
+        if rm is None:
+            with self.policies.use(role.policy):
+                return self.rollout(tasks, context_mode="role", prefill="", max_turns=1)
+        settings = self.rollout_settings(context_mode="role", prefill="", max_turns=1)
+        return run_episodes(tasks, rm.generate, rm.tokenizer, settings, envs=self._env_pool(settings, len(tasks)),
+                            timing=self._timing)
+
+    def _tokenizer_of(self, role: Role):
+        rm = self.role_models.get(role.name)
+        return rm.tokenizer if rm is not None else self.processing_class
+
+    def _generate_as(self, role: Role, prompts: list[list[int]]) -> list[list[int]]:
+        """Completions of ``prompts`` (in the role's tokenizer) by the role's current policy."""
+        rm = self.role_models.get(role.name)
+        if rm is not None:
+            return rm.generate(prompts)
+        with self.policies.use(role.policy):
+            out = self._turn_generate(prompts)
+        return out.completion_ids if isinstance(out, GenerateOutput) else out
 
     def _empty_turn(self, ep: Episode, role: Role, final: bool) -> None:
         reward = self.wrong if final else 0.0
@@ -160,21 +202,110 @@ class CollabTrainer(AgentGRPOTrainer):
         """SEPO: the first and the last role rate each collaboration (Sec. 3.3); the parsed pairs
         go into the last role's record as ``info.ratings``."""
         first, last = self.collab.roles[0], self.collab.roles[-1]
-        tok = self.processing_class
         answers = [ep.steps[0] for ep in joint[-1]]
         thoughts = [clean_output(first, ep.steps[0].info.get("response", "")) for ep in joint[0]]
         ratings = {}
         for rater, role in ((THINKER, first), (SOLVER, last)):
+            tok = self._tokenizer_of(role)
             prompts = [encode(tok, chat_text(tok, rating_prompt(rater, a.obs, th, a.info.get("response", ""),
                                                                   a.reward > 0, self.rating_template)))
                        for a, th in zip(answers, thoughts, strict=True)]
-            with self.policies.use(role.policy):
-                out = self._turn_generate(prompts)
-            ids = out.completion_ids if isinstance(out, GenerateOutput) else out
+            ids = self._generate_as(role, prompts)
             ratings[rater] = [parse_rating(decode_response(tok, c), a.reward > 0)
                               for c, a in zip(ids, answers, strict=True)]
         for k, a in enumerate(answers):
             a.info["ratings"] = {who: [r[k].thinker, r[k].solver, r[k].valid] for who, r in ratings.items()}
+
+    # ------------------------------------------------------------------ role-ordered steps
+    def _role_ordered(self, mode: str) -> bool:
+        return self.role_steps is not None and mode == "train"
+
+    def _episode_rows(self, episodes: list[Episode], adv_local: np.ndarray) -> list[Row]:
+        """Role-ordered steps: the rows role after role, also kept per role for ``_balance_rows``."""
+        if not self._role_ordered("train" if self.model.training else "eval"):
+            return super()._episode_rows(episodes, adv_local)
+        names = self.collab.role_names
+        by_role: dict[str, list[Row]] = {n: [] for n in names}
+        i = 0
+        for ep in episodes:
+            n = len(ep.steps)
+            if n:
+                by_role[ep.tokens.role.name] += ep.context.rows(ep, adv_local[i: i + n])
+            i += n
+        self._rows_by_role = [by_role[n] for n in names]
+        return [r for rows in self._rows_by_role for r in rows]
+
+    def _balance_rows(self, rows: list[Row], mode: str) -> tuple[list[Row], RowCounts]:
+        """Role-ordered steps: every role's rows to one count R on every rank, role after role."""
+        if not self._role_ordered(mode):
+            return super()._balance_rows(rows, mode)
+        n_max = max(len(r) for r in self._rows_by_role)
+        if self.accelerator.num_processes > 1:
+            n_max = max(gather_object([n_max]))
+        rng = np.random.default_rng([self.args.seed, self.state.global_step, self.accelerator.process_index])
+        return self.role_steps.balance(self._rows_by_role, n_max, self.args.max_rows_per_rank,
+                                       self._row_pad_id(), rng)
+
+    def _logps_for_loss(self, batch: dict[str, Any], mode: str) -> dict[str, torch.Tensor]:
+        """Role-ordered steps: each role's rows get their old log-probs from their own policy."""
+        if not self._role_ordered(mode):
+            return super()._logps_for_loss(batch, mode)
+        rows = batch["prompt_ids"].shape[0]
+        per = rows // self.role_steps.n_roles
+        parts = []
+        for k, role in enumerate(self.collab.roles):
+            sub = take_rows(batch, torch.arange(k * per, (k + 1) * per), rows)
+            with self.policies.use(role.policy):
+                parts.append(super()._logps_for_loss(sub, mode))
+        return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        """Role-ordered steps: the rollout's micro-batches role after role (``RoleSteps.micro_batches``)."""
+        if not (self.model.training and self.role_steps is not None):
+            return super()._prepare_inputs(generation_batch)
+        spg = self.args.steps_per_generation
+        if self._step % (spg * self.num_iterations) == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            by_length = self.loss_type != "bnpo" and self.top_entropy_quantile == 1.0
+            self._buffered_inputs = self.role_steps.micro_batches(
+                batch, by_length, lambda t: self.accelerator.gather(t).sum())
+            self._metrics["train"]["rows/real_token_share"].append(real_token_share(self._buffered_inputs))
+        return self._buffered_inputs[self._step % spg]
+
+    def _training_role_model(self) -> RoleModel | None:
+        """The role model whose role trains at this step (``collab_models``, role blocks), else None."""
+        if not self.role_models or not self.model.training:
+            return None
+        return self.role_models.get(self.schedule.trained(self.state.global_step)[0])
+
+    def _row_pad_id(self) -> int:
+        rm = self._training_role_model()
+        return rm.tokenizer.pad_token_id if rm is not None else super()._row_pad_id()
+
+    def _loss_model(self):
+        rm = self._training_role_model()
+        return rm.model if rm is not None else super()._loss_model()
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        """Role-ordered steps: activate the role's policy before its optimizer step's first
+        micro-batch (no gradients are pending there). A role on its own model: its loss on that
+        model, and that model's optimizer step after the step's last micro-batch (the Trainer's
+        optimizer steps with no gradients)."""
+        # Trainer.training_step puts only the model it is given in train mode; the trainer's model
+        # must be too, since TRL reads self.model.training to tell training from evaluation
+        self.model.train()
+        rm = self._training_role_model()
+        if rm is not None:
+            out = super().training_step(rm.model, inputs, num_items_in_batch)
+            if self._step % self.args.gradient_accumulation_steps == 0:  # TRL counted this micro-step
+                norm = rm.step(self._get_learning_rate(), self.args.max_grad_norm)
+                self._metrics["train"]["collab/role_model_grad_norm"].append(norm)
+            return out
+        if self.role_steps is not None and self._step % self.args.gradient_accumulation_steps == 0:
+            k = self.role_steps.role_at(self._step)
+            self.policies.activate(self.collab.roles[k].policy)
+            self._metrics["train"]["collab/trained_role"].append(float(k))
+        return super().training_step(model, inputs, num_items_in_batch)
 
     # ------------------------------------------------------------------ credit and metrics
     def _gather_and_credit(self, episodes: list[Episode]) -> Credited:
@@ -199,6 +330,8 @@ class CollabTrainer(AgentGRPOTrainer):
         for k, v in t.items():
             m[f"collab/{k}"].append(float(v))
         m["collab/counterfactual_overhead"].append(t.get("counterfactual_s", 0.0) / max(t.get("joint_s", 0.0), 1e-9))
+        if self.role_steps is not None:
+            return  # logged per optimizer step (training_step)
         trained = self.schedule.trained(self.state.global_step)
         m["collab/trained_role"].append(float(self.collab.role_names.index(trained[0])) if len(trained) == 1
                                         else -1.0)
@@ -212,6 +345,7 @@ class CollabTrainer(AgentGRPOTrainer):
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
             torch.save(self.collab_state_dict(), Path(output_dir) / COLLAB_STATE)
+            save_role_models(self.role_models, output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -227,6 +361,10 @@ class CollabTrainer(AgentGRPOTrainer):
                               f"{asdict(self.schedule)}")
         self.policies.load_state_dict(d["policies"])
         self.ccpo_state = CcpoState.from_state_dict(d["ccpo"])
+        try:
+            load_role_models(self.role_models, checkpoint)
+        except (FileNotFoundError, ValueError) as e:
+            raise RecipeError(str(e)) from None
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call)
@@ -234,7 +372,11 @@ class CollabTrainer(AgentGRPOTrainer):
             return
         out = Path(output_dir or self.args.output_dir)
         (out / "collab.json").write_text(json.dumps(to_dict(self.collab), indent=1))
-        if self.policies.separate:
+        if self.policies.separate or self.role_models:
             for name in self.policies.names:
                 with self.policies.use(name):
                     super().save_model(str(out / "policies" / name), _internal_call=True)
+        for role, rm in self.role_models.items():  # with its own tokenizer
+            d = out / "policies" / self.collab.role(role).policy
+            rm.model.save_pretrained(str(d))
+            rm.tokenizer.save_pretrained(str(d))

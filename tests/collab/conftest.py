@@ -23,3 +23,12 @@ def collab_model_dir(tmp_path_factory):
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_collab") / "model", texts=MATH_CORPUS,
                                 vocab_size=400, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1))
+
+
+@pytest.fixture(scope="session")
+def collab_other_model_dir(tmp_path_factory):
+    """A second tiny model unlike ``collab_model_dir``: wider, one layer, its own smaller vocabulary."""
+    from agentrl.models import build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny_collab_other") / "model", texts=MATH_CORPUS,
+                                vocab_size=300, hidden_size=48, num_layers=1, num_heads=2, num_kv_heads=1, seed=1))

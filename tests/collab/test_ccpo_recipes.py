@@ -35,7 +35,8 @@ def test_paper_sets_are_complete():
     names = {p.stem for p in PAPER}
     models = ("qwen2.5_1.5b", "olmo3_7b")
     assert names == ({f"t1_grpo_{c}_{m}" for c in ("shared", "ccpo") for m in models}
-                     | {f"t2_gspo_{c}_{m}" for c in ("shared", "ccpo", "sepo") for m in models})
+                     | {f"t2_gspo_{c}_{m}" for c in ("shared", "ccpo", "sepo") for m in models}
+                     | {f"t3_gspo_{c}_olmo3_7b_qwen2.5_1.5b" for c in ("shared", "ccpo", "sepo")})
     assert {p.stem for p in CPU} == {"ccpo_shared", "ccpo_ccpo", "ccpo_sepo"}
 
 
@@ -50,7 +51,10 @@ def test_paper_recipes_validate_with_table5(recipe):
     assert (c.collab, c.role_schedule, c.role_block_steps) == ("think_solve", "blocks", 10)
     assert c.collab_policies == ("lora" if "olmo3" in recipe.name else "full")
     assert c.credit_kwargs == {}  # the module defaults are Table 5's
-    assert c.importance_sampling_level == ("sequence" if recipe.name.startswith("t2_gspo") else "token")
+    assert c.importance_sampling_level == ("sequence" if recipe.name.startswith(("t2_gspo", "t3_gspo")) else "token")
+    if recipe.name.startswith("t3_"):  # the heterogeneous pair: the Thinker on its own base model
+        assert c.collab_models == {"thinker": "allenai/Olmo-3-7B-Instruct"}
+        assert c.model_name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
     if c.credit == "sepo":
         assert c.env_kwargs["scale"] == "pm1"
 

@@ -167,7 +167,10 @@ def test_resume_continues_schedule_and_ccpo_state(tmp_path, collab_model_dir, po
     (dict(collab=None), "credit 'ccpo' credits the roles of a collaboration"),
     (dict(collab_policies="lora"), "set use_peft: true"),
     (dict(credit="sepo"), "set env_kwargs: {scale: pm1}"),
-    (dict(collab_policies="full", role_schedule="both"), "role_schedule: both needs one policy"),
+    (dict(collab_policies="full", role_schedule="both"), "steps_per_generation (1) must be a multiple of "
+                                                         "gradient_accumulation_steps (1) x 2"),
+    (dict(collab_policies="full", role_schedule="both", steps_per_generation=2, per_device_train_batch_size=4,
+          save_strategy="steps", save_steps=3), "save_steps (3) must be a multiple of the optimizer steps per rollout (2)"),
     (dict(role_block_steps=3, steps_per_generation=2, per_device_train_batch_size=4), "must be a multiple of the optimizer steps"),
     (dict(collab="three_roles"), "not a built-in collaboration"),
     (dict(collab_policies="two"), "collab_policies must be one of shared, lora, full"),

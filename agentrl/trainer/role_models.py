@@ -1,0 +1,163 @@
+"""Roles on their own base model (``collab_models``): a heterogeneous pair, e.g. a 7B Thinker with
+a 1.5B Solver (arXiv 2603.21563 Table 3).
+
+``PolicySlots`` swaps policies through one model's parameters, so its policies must share an
+architecture and a tokenizer. A role named in ``collab_models`` instead gets a second model
+object with its own tokenizer and its own optimizer (same class and settings as the Trainer's,
+``Trainer.get_optimizer_cls_and_kwargs``); the Trainer's model plays and trains the other roles.
+With ``collab_policies: full`` every weight of it trains; with ``lora`` it gets its own LoRA
+adapter (the run's ``lora_*`` settings) on its frozen base, as the Trainer's model does.
+
+* **Generation**: the role's prompts are encoded with its tokenizer (its chat template) and
+  sampled with the run's sampling settings (``GRPOTrainer.generation_kwargs``) and its own pad /
+  eos ids. Roles exchange text only (the Thinker's cleaned plan), so vocabularies may differ.
+* **Update**: role blocks only (one role's rows per rollout, so one tokenizer per batch). In the
+  role's block the trainer runs TRL's loss on this model; at the end of each optimizer step it
+  clips this model's gradients (``max_grad_norm``), steps its optimizer at the learning rate of
+  the run's schedule at that step (one schedule for every model) and clears them. The Trainer's
+  own optimizer steps too, with no gradients: AdamW leaves such parameters and their state alone.
+* **Checkpoints**: ``role_models/<role>.pt`` in each checkpoint (its trainable weights and its
+  optimizer state, exact); the final ``save_model`` writes ``policies/<policy>/`` (the model or
+  the adapter) with the role's tokenizer.
+
+One process only: the second model is not wrapped for DDP and ZeRO-3 would partition it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoTokenizer, GenerationConfig, Trainer
+from trl.trainer import add_fused_lm_head
+from trl.trainer.utils import create_model_from_path, pad
+
+ROLE_MODELS_DIR = "role_models"
+
+
+@dataclass
+class RoleModel:
+    """One role's own model, tokenizer and optimizer."""
+
+    role: str
+    """The role it plays."""
+    path: str
+    """Where it was loaded from (``collab_models``)."""
+    model: torch.nn.Module
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    generation_config: GenerationConfig
+    """The run's sampling settings with this tokenizer's pad / bos / eos ids."""
+    checkpointing: dict | None = None
+    """Gradient checkpointing kwargs when it is on (off while generating: it disables the KV cache)."""
+
+    @property
+    def eos_ids(self) -> list[int]:
+        e = self.generation_config.eos_token_id
+        return list(e) if isinstance(e, (list, tuple)) else [e]
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]]) -> list[list[int]]:
+        """Sampled completions of ``prompts`` (token ids of this tokenizer), each cut after its first
+        eos (kept, as TRL keeps it)."""
+        device = next(self.model.parameters()).device
+        p = [torch.tensor(x, dtype=torch.long) for x in prompts]
+        ids = pad(p, padding_value=self.tokenizer.pad_token_id, padding_side="left").to(device)
+        att = pad([torch.ones_like(t) for t in p], padding_value=0, padding_side="left").to(device)
+        if self.checkpointing is not None:
+            self.model.gradient_checkpointing_disable()
+        try:
+            out = self.model.generate(input_ids=ids, attention_mask=att, generation_config=self.generation_config)
+        finally:
+            if self.checkpointing is not None:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=self.checkpointing)
+        completions = []
+        eos = set(self.eos_ids)
+        for row in out[:, ids.size(1):].tolist():
+            end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+            completions.append(row[:end])
+        return completions
+
+    def step(self, lr: float, max_grad_norm: float | None) -> float:
+        """One optimizer step on the accumulated gradients; returns the gradient norm before clipping."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm else float("inf"))
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The trainable weights (a frozen base is reloaded from ``path``) and the optimizer state."""
+        return {"role": self.role, "path": self.path,
+                "trainable": {n: p.detach().cpu() for n, p in self.model.named_parameters() if p.requires_grad},
+                "optimizer": self.optimizer.state_dict()}
+
+    @torch.no_grad()
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Weights copied into the existing parameters (the optimizer keeps pointing at them)."""
+        if d["role"] != self.role:
+            raise ValueError(f"checkpoint holds role {d['role']!r}'s model, not {self.role!r}'s")
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        if set(params) != set(d["trainable"]):
+            raise ValueError(f"checkpoint's {self.role} model has other trainable parameters than this run's")
+        for n, p in params.items():
+            p.copy_(d["trainable"][n])
+        self.optimizer.load_state_dict(d["optimizer"])
+
+
+def load_role_model(role: str, path: str, trainer) -> RoleModel:
+    """``path``'s model and tokenizer for ``role``, on the trainer's device, with an optimizer like
+    the Trainer's (class, betas, eps, weight decay on the same parameter kinds)."""
+    from agentrl.models import resolve_model
+
+    args = trainer.args
+    local = resolve_model(path)
+    tok = AutoTokenizer.from_pretrained(local)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    model = create_model_from_path(local, **dict(args.model_init_kwargs or {})).to(trainer.accelerator.device)
+    base = model
+    if args.use_peft:
+        from peft import get_peft_model
+
+        from agentrl.train import build_peft_config
+
+        model = get_peft_model(model, build_peft_config(args))
+    # TRL's loss asks the model for log-probs through the fused LM head it patches into the
+    # Trainer's model (GRPOTrainer.__init__); the role model gets the same patch
+    add_fused_lm_head(base, temperature=trainer.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
+                      outputs=("log_probs", "entropy"))
+    model.train()
+    checkpointing = None
+    if args.gradient_checkpointing:
+        checkpointing = dict(args.gradient_checkpointing_kwargs or {"use_reentrant": False})
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
+    decay = set(trainer.get_decay_parameter_names(model))
+    groups = [{"params": [p for n, p in model.named_parameters() if p.requires_grad and (n in decay) == d],
+               "weight_decay": args.weight_decay if d else 0.0} for d in (True, False)]
+    opt_cls, opt_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
+    optimizer = opt_cls([g for g in groups if g["params"]], **opt_kwargs)
+    kw = dict(trainer.generation_kwargs)
+    eos = tok.eos_token_id
+    kw.update(pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=eos)
+    return RoleModel(role, path, model, tok, optimizer, GenerationConfig(**kw, disable_compile=True), checkpointing)
+
+
+def save_role_models(models: dict[str, RoleModel], checkpoint: str | Path) -> None:
+    out = Path(checkpoint) / ROLE_MODELS_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    for role, rm in models.items():
+        torch.save(rm.state_dict(), out / f"{role}.pt")
+
+
+def load_role_models(models: dict[str, RoleModel], checkpoint: str | Path) -> None:
+    for role, rm in models.items():
+        path = Path(checkpoint) / ROLE_MODELS_DIR / f"{role}.pt"
+        if not path.is_file():
+            raise FileNotFoundError(f"{checkpoint} has no {ROLE_MODELS_DIR}/{role}.pt: not a checkpoint of this "
+                                    "collab_models run")
+        rm.load_state_dict(torch.load(path, map_location=next(rm.model.parameters()).device, weights_only=True))
