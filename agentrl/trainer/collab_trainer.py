@@ -54,11 +54,25 @@ from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming, run
 from agentrl.rollout.prompts import chat_text, decode_response, encode
 from agentrl.trainer.agent_trainer import AgentGRPOTrainer, Credited
 from agentrl.trainer.policies import PolicySlots
+from agentrl.trainer.policies_zero3 import Zero3PolicySlots
 from agentrl.trainer.role_models import RoleModel, load_role_model, load_role_models, save_role_models
 from agentrl.trainer.role_steps import RoleSteps, take_rows
 from agentrl.trainer.rows import RowCounts, real_token_share
 
 COLLAB_STATE = "collab_state.pt"
+ZERO3_POLICIES = "collab_policies_rank{rank}.pt"
+"""Under ZeRO-3 each rank's parked policy partitions (``Zero3PolicySlots.state_dict``)."""
+
+
+def _check_zero3(accelerator) -> None:
+    """Separate policies under DeepSpeed: ZeRO stage 3 without offload (``Zero3PolicySlots``)."""
+    plugin = accelerator.state.deepspeed_plugin
+    zero = (plugin.deepspeed_config or {}).get("zero_optimization", {}) if plugin is not None else {}
+    if int(zero.get("stage", 0)) != 3:
+        raise RecipeError("separate policies under DeepSpeed need ZeRO stage 3 (or collab_policies: shared)")
+    for key in ("offload_optimizer", "offload_param"):
+        if (zero.get(key) or {}).get("device", "none") not in ("none", None):
+            raise RecipeError(f"separate policies under ZeRO-3 do not support {key}: set its device to none")
 
 
 @dataclass(frozen=True)
@@ -90,8 +104,7 @@ class CollabTrainer(AgentGRPOTrainer):
             raise RecipeError("CollabTrainer needs a collaboration (recipe key collab)")
         super().__init__(model, args, **kwargs)
         if len(self.collab.policies) > 1 and self.is_deepspeed_enabled:
-            raise RecipeError("separate policies swap weights and optimizer states, which ZeRO-3 partitions: "
-                              "use collab_policies: shared under DeepSpeed")
+            _check_zero3(self.accelerator)
         models = dict(args.collab_models or {})
         if models and (self.accelerator.num_processes > 1 or self.is_deepspeed_enabled):
             raise RecipeError("collab_models runs on one process (the role models are not wrapped for DDP or ZeRO-3)")
@@ -99,7 +112,10 @@ class CollabTrainer(AgentGRPOTrainer):
                                                   for role, path in models.items()}
         """Roles on their own base model (``collab_models``; ``agentrl.trainer.role_models``)."""
         main = tuple(dict.fromkeys(r.policy for r in self.collab.roles if r.name not in self.role_models))
-        self.policies = PolicySlots(self.accelerator.unwrap_model(self.model), main, lambda: self.optimizer)
+        if self.is_deepspeed_enabled and len(main) > 1:  # swaps on each rank's partitions
+            self.policies = Zero3PolicySlots(main, lambda: self.optimizer)
+        else:
+            self.policies = PolicySlots(self.accelerator.unwrap_model(self.model), main, lambda: self.optimizer)
         self.schedule = RoleSchedule(self.collab.role_names, args.role_schedule, args.role_block_steps)
         self.role_steps = (RoleSteps(len(self.collab.roles), args.steps_per_generation,
                                      args.gradient_accumulation_steps)
@@ -337,12 +353,21 @@ class CollabTrainer(AgentGRPOTrainer):
                                         else -1.0)
 
     # ------------------------------------------------------------------ checkpoints
+    def _zero3_policies(self) -> bool:
+        return isinstance(self.policies, Zero3PolicySlots)
+
     def collab_state_dict(self) -> dict[str, Any]:
-        return {"policies": self.policies.state_dict(), "ccpo": self.ccpo_state.state_dict(),
+        policies = ({"per_rank": self.accelerator.num_processes} if self._zero3_policies()
+                    else self.policies.state_dict())
+        return {"policies": policies, "ccpo": self.ccpo_state.state_dict(),
                 "schedule": asdict(self.schedule), "global_step": int(self.state.global_step)}
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         super()._save_optimizer_and_scheduler(output_dir)
+        if self._zero3_policies():  # every rank its own partitions
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            torch.save(self.policies.state_dict(),
+                       Path(output_dir) / ZERO3_POLICIES.format(rank=self.accelerator.process_index))
         if self.args.should_save:
             torch.save(self.collab_state_dict(), Path(output_dir) / COLLAB_STATE)
             save_role_models(self.role_models, output_dir)
@@ -359,7 +384,14 @@ class CollabTrainer(AgentGRPOTrainer):
         if saved != self.schedule:
             raise RecipeError(f"resume: the checkpoint's role schedule {asdict(saved)} differs from this run's "
                               f"{asdict(self.schedule)}")
-        self.policies.load_state_dict(d["policies"])
+        if self._zero3_policies():
+            if d["policies"].get("per_rank") != self.accelerator.num_processes:
+                raise RecipeError(f"resume: {checkpoint} holds separate policies' ZeRO-3 partitions of "
+                                  f"{d['policies'].get('per_rank')} processes, this run has {self.accelerator.num_processes}")
+            part = Path(checkpoint) / ZERO3_POLICIES.format(rank=self.accelerator.process_index)
+            self.policies.load_state_dict(torch.load(part, map_location="cpu", weights_only=True))
+        else:
+            self.policies.load_state_dict(d["policies"])
         self.ccpo_state = CcpoState.from_state_dict(d["ccpo"])
         try:
             load_role_models(self.role_models, checkpoint)
@@ -368,11 +400,17 @@ class CollabTrainer(AgentGRPOTrainer):
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call)
-        if _internal_call or not self.accelerator.is_main_process:
+        if _internal_call:
             return
         out = Path(output_dir or self.args.output_dir)
+        if self._zero3_policies():  # gathers and swaps are collective: every rank saves
+            for name in self.policies.names:
+                with self.policies.use(name):
+                    super().save_model(str(out / "policies" / name), _internal_call=True)
+        if not self.accelerator.is_main_process:
+            return
         (out / "collab.json").write_text(json.dumps(to_dict(self.collab), indent=1))
-        if self.policies.separate or self.role_models:
+        if (self.policies.separate or self.role_models) and not self._zero3_policies():
             for name in self.policies.names:
                 with self.policies.use(name):
                     super().save_model(str(out / "policies" / name), _internal_call=True)
