@@ -24,7 +24,10 @@ TRL's ``num_generations`` copies of a task are the prompt group):
    with its policy activated before it (``agentrl.trainer.role_steps``).
 
 Checkpoints add ``collab_state.pt`` (parked weights and optimizer states, CCPO's statistics,
-the schedule); a resumed run continues the schedule from the checkpoint's step. The final
+the schedule; under ZeRO-3 the parked partitions go to ``collab_policies_rank{r}.pt``, one per
+rank, and a resume needs the same number of processes); a resumed run continues the schedule
+from the checkpoint's step. Separate policies run under ZeRO-3 (``Zero3PolicySlots``), roles on
+their own models (``collab_models``) on one process only. The final
 ``save_model`` also writes every policy as ``policies/<name>/`` for evaluation.
 """
 

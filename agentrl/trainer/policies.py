@@ -18,8 +18,10 @@ and the trainer's model parameters hold exactly one policy at a time, the *loade
 * The optimizer is created by the Trainer over the model's trainable parameters, which always
   hold the active policy: one optimizer, one learning-rate schedule, shared by the policies.
 
-ZeRO-3 partitions parameters and flattens optimizer state, so separate policies are refused
-there (``check_supported``); the shared policy runs under every launch path.
+ZeRO-3 partitions parameters and flattens optimizer state: there separate policies swap each
+rank's flat partitions and their optimizer state instead (``agentrl.trainer.policies_zero3``,
+chosen by the trainer under DeepSpeed; stage 3 without offload). The shared policy runs under
+every launch path.
 """
 
 from __future__ import annotations

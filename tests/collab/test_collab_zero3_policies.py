@@ -39,30 +39,39 @@ def _changed(a: dict, b: dict) -> bool:
     return any(not torch.equal(a[n], b[n]) for n in a)
 
 
-@pytest.mark.slow
-def test_zero3_separate_policies_blocks_and_resume(tmp_path, collab_model_dir):
-    pytest.importorskip("deepspeed")
+def _blocks_run(tmp_path, model_dir, policies: str, max_steps: int, **extra):
+    """A 2-process ZeRO-3 run with role blocks of one step; checks that each policy's weights
+    change only in its own blocks; returns the run's recipe keys and its snapshots."""
     # 1 group of 4 collaborations per rank, 1 optimizer step per rollout; use_cpu would make
     # accelerate pick MULTI_CPU DDP
-    kw = dict(BASE, model_name_or_path=collab_model_dir, per_device_train_batch_size=4, max_steps=3,
-              role_schedule="blocks", role_block_steps=1, collab_policies="full", use_cpu=False)
+    kw = dict(BASE, model_name_or_path=model_dir, per_device_train_batch_size=4, max_steps=max_steps,
+              role_schedule="blocks", role_block_steps=1, collab_policies=policies, use_cpu=False,
+              use_peft=policies == "lora", lora_r=4, lora_alpha=8, lora_dropout=0.0)
     out = tmp_path / "ds"
     rec = tmp_path / "ds.yaml"
-    rec.write_text(yaml.safe_dump(dict(kw, output_dir=str(out), save_strategy="steps", save_steps=2)))
+    rec.write_text(yaml.safe_dump(dict(kw, output_dir=str(out), **extra)))
     _launch(rec)
     snaps = torch.load(out / "policy_snapshots.pt", weights_only=True)
-    assert [s["step"] for s in snaps] == [0, 1, 2, 3]
-    order = ["thinker", "solver", "thinker"]
+    assert [s["step"] for s in snaps] == list(range(max_steps + 1))
+    order = ["thinker", "solver", "thinker"][:max_steps]
     assert [s["trained"] for s in snaps[1:]] == order
     for k, trained in enumerate(order, start=1):
         other = "solver" if trained == "thinker" else "thinker"
         before, after = snaps[k - 1]["weights"], snaps[k]["weights"]
         assert _changed(before[trained], after[trained]), (k, trained)
         assert not _changed(before[other], after[other]), (k, other)  # parked: bit for bit
-    ckpt = out / "checkpoint-2"
-    assert (ckpt / "collab_policies_rank0.pt").is_file() and (ckpt / "collab_policies_rank1.pt").is_file()
     for name in ("thinker", "solver"):
         assert (out / "policies" / name).is_dir()
+    return kw, snaps
+
+
+@pytest.mark.slow
+def test_zero3_separate_policies_blocks_and_resume(tmp_path, collab_model_dir):
+    pytest.importorskip("deepspeed")
+    kw, snaps = _blocks_run(tmp_path, collab_model_dir, "full", 3, save_strategy="steps", save_steps=2)
+    out = tmp_path / "ds"
+    ckpt = out / "checkpoint-2"
+    assert (ckpt / "collab_policies_rank0.pt").is_file() and (ckpt / "collab_policies_rank1.pt").is_file()
 
     # resume after step 2 (the Solver's block; the Thinker parked) and finish step 3
     res = tmp_path / "res"
@@ -76,6 +85,13 @@ def test_zero3_separate_policies_blocks_and_resume(tmp_path, collab_model_dir):
         for n, w in want[name].items():
             # same ranks, same partitions, same reduction order: exact up to float noise
             assert torch.allclose(got["weights"][name][n], w, rtol=0, atol=1e-6), (name, n)
+
+
+@pytest.mark.slow
+def test_zero3_separate_lora_policies_blocks(tmp_path, collab_model_dir):
+    """The same with one LoRA adapter per policy (the frozen base partitioned, not swapped)."""
+    pytest.importorskip("deepspeed")
+    _blocks_run(tmp_path, collab_model_dir, "lora", 2)
 
 
 @pytest.mark.slow
@@ -95,3 +111,36 @@ def test_zero3_policy_swaps_equal_independent_copies(tmp_path):
     assert res["a_vs_b"] > 1e-3  # the two policies really differ
     for name, d in res["diff"].items():
         assert d < 1e-6, (name, d)
+
+
+def _accelerator(zero: dict):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(
+        deepspeed_config={"zero_optimization": zero})))
+
+
+def test_separate_policies_need_zero3_without_offload():
+    from agentrl.recipe_file import RecipeError
+    from agentrl.trainer.collab_trainer import _check_zero3
+
+    _check_zero3(_accelerator({"stage": 3, "offload_optimizer": {"device": "none"}}))
+    with pytest.raises(RecipeError, match="ZeRO stage 3"):
+        _check_zero3(_accelerator({"stage": 2}))
+    for key in ("offload_optimizer", "offload_param"):
+        with pytest.raises(RecipeError, match=key):
+            _check_zero3(_accelerator({"stage": 3, key: {"device": "cpu"}}))
+
+
+def test_zero3_slots_swap_only_once_training_started():
+    from agentrl.trainer.policies_zero3 import Zero3PolicySlots, zero3_optimizer
+
+    slots = Zero3PolicySlots(("thinker", "solver"))
+    with slots.use("thinker"):  # the loaded policy: nothing to swap
+        pass
+    assert not slots.activate("thinker")
+    with pytest.raises(RuntimeError, match="once training started"), slots.use("solver"):
+        pass
+    with pytest.raises(ValueError, match="unknown policy"):
+        slots.activate("critic")
+    assert zero3_optimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1)) is None
