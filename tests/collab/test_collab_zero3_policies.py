@@ -49,11 +49,12 @@ def _blocks_run(tmp_path, model_dir, policies: str, max_steps: int, **extra):
               use_peft=policies == "lora", lora_r=4, lora_alpha=8, lora_dropout=0.0)
     out = tmp_path / "ds"
     rec = tmp_path / "ds.yaml"
-    rec.write_text(yaml.safe_dump(dict(kw, output_dir=str(out), **extra)))
+    kw.update(extra)
+    rec.write_text(yaml.safe_dump(dict(kw, output_dir=str(out))))
     _launch(rec)
     snaps = torch.load(out / "policy_snapshots.pt", weights_only=True)
     assert [s["step"] for s in snaps] == list(range(max_steps + 1))
-    order = ["thinker", "solver", "thinker"][:max_steps]
+    order = ["thinker", "solver", "thinker", "solver"][:max_steps]
     assert [s["trained"] for s in snaps[1:]] == order
     for k, trained in enumerate(order, start=1):
         other = "solver" if trained == "thinker" else "thinker"
@@ -92,6 +93,14 @@ def test_zero3_separate_lora_policies_blocks(tmp_path, collab_model_dir):
     """The same with one LoRA adapter per policy (the frozen base partitioned, not swapped)."""
     pytest.importorskip("deepspeed")
     _blocks_run(tmp_path, collab_model_dir, "lora", 2)
+
+
+@pytest.mark.slow
+def test_zero3_separate_policies_both_roles_every_rollout(tmp_path, collab_model_dir):
+    """``role_schedule: both``: role-ordered optimizer steps (Thinker, Solver) in every rollout,
+    each role's old log-probs from its own policy (``use`` inside the loss computation)."""
+    pytest.importorskip("deepspeed")
+    _blocks_run(tmp_path, collab_model_dir, "full", 4, role_schedule="both", steps_per_generation=2)
 
 
 @pytest.mark.slow
