@@ -1,13 +1,17 @@
-"""Separate policies (``collab_policies: full``) under DeepSpeed ZeRO-3 on 2 CPU processes
-(``agentrl.trainer.policies_zero3``): role blocks of one optimizer step (Thinker, Solver,
-Thinker), so every step switches the trained policy (weights and AdamW state swapped on each
-rank's partitions) and every rollout generates with both.
+"""Separate policies under DeepSpeed ZeRO-3 on 2 CPU processes (``agentrl.trainer.policies_zero3``).
 
-Checks: each policy's weights change only in its own blocks, and a run resumed from the
-checkpoint after step 2 (the Thinker's weights and AdamW state parked on each rank, restored from
-``collab_policies_rank{r}.pt``) ends with both policies equal to the uninterrupted run's.
+* Trainer runs (``zero3_policies_run.py``: ``agentrl.train`` plus every policy's gathered weights
+  after every optimizer step): role blocks of one step (Thinker, Solver, Thinker), so every step
+  switches the trained policy (weights and AdamW state swapped on each rank's partitions) and
+  every rollout generates with both; full weights and LoRA; ``role_schedule: both``. Each
+  policy's weights change only in its own steps (the parked one bit for bit), and a run resumed
+  from the checkpoint after step 2 (the Thinker parked on each rank, restored from
+  ``collab_policies_rank{r}.pt``) ends with both policies equal to the uninterrupted run's.
+* Exactness (``zero3_slots_run.py``): the swaps on a small model against two independent copies,
+  each with its own AdamW (a single-process run of a recipe is no reference: each rank samples
+  its own rollouts).
 
-Runtime: ~4-5 min on 2 shared cores (two 2-process launches)."""
+Runtime: ~3.5 min on 2 shared cores (five 2-process launches, ~25-60 s each)."""
 
 from __future__ import annotations
 
