@@ -5,7 +5,8 @@ is empty outside a gather). DeepSpeed's ZeRO-3 optimizer (``DeepSpeedZeroOptimiz
 lays the trainable parameters' shards out in flat buffers, one per sub-group:
 ``fp16_partitioned_groups_flat`` (the ``ds_tensor`` of each parameter is a view into it; in fp32
 training it is fp32 too) and ``fp32_partitioned_groups_flat`` (the master weights the torch
-optimizer steps; the same tensor as the former when dtype and device agree), and the torch
+optimizer steps; DeepSpeed may make it the same tensor as the former: each distinct buffer is
+swapped once), and the torch
 optimizer's state (AdamW's ``exp_avg``, ``exp_avg_sq``, ``step``) is keyed by the fp32 flats.
 
 Every policy has the same parameter shapes and the same partitioning, so each rank's flats have

@@ -11,7 +11,7 @@
   each with its own AdamW (a single-process run of a recipe is no reference: each rank samples
   its own rollouts).
 
-Runtime: ~3.5 min on 2 shared cores (five 2-process launches, ~25-60 s each)."""
+Runtime: ~4 min on 2 shared cores (six 2-process launches, ~25-60 s each)."""
 
 from __future__ import annotations
 
@@ -108,22 +108,27 @@ def test_zero3_separate_policies_both_roles_every_rollout(tmp_path, collab_model
 
 
 @pytest.mark.slow
-def test_zero3_policy_swaps_equal_independent_copies(tmp_path):
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_zero3_policy_swaps_equal_independent_copies(tmp_path, dtype):
     """``Zero3PolicySlots`` on a small model under 2-process ZeRO-3 (``zero3_slots_run.py``):
-    7 optimizer steps switching policies both ways, each policy ending equal to its own copy with
-    its own AdamW. Same inputs on both ranks, so the averaged gradient is exact; the tolerance
-    covers the fused vs per-tensor AdamW arithmetic on the flat partitions (fp32)."""
+    7 optimizer steps switching policies both ways (and a generation with the other policy before
+    each), each policy ending equal to its own copy with its own AdamW. Same inputs on both ranks,
+    so the averaged gradient is each rank's own gradient and, in fp32, the result is bit for bit
+    (tolerance 1e-6 only against float noise). In bf16 (bf16 partitions plus fp32 master
+    partitions, the GPU recipes' layout) the fp32 copies are no reference: there the checks are
+    that a parked policy and the fp32 masters come back bit for bit."""
     pytest.importorskip("deepspeed")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(REPO / "accelerate_configs" / "cpu_zero3.yaml"), str(HERE / "zero3_slots_run.py"), str(tmp_path)]
+           str(REPO / "accelerate_configs" / "cpu_zero3.yaml"), str(HERE / "zero3_slots_run.py"), str(tmp_path), dtype]
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     res = torch.load(tmp_path / "result.pt", weights_only=True)
-    assert not res["parked_changed"]
-    assert res["a_vs_b"] > 1e-3  # the two policies really differ
-    for name, d in res["diff"].items():
-        assert d < 1e-6, (name, d)
+    assert not res["parked_changed"] and res["masters_back"] and res["masters_apart"]
+    assert res["a_vs_b"] > 1e-2  # the two policies really differ
+    if dtype == "fp32":
+        for name, d in res["diff"].items():
+            assert d < 1e-6, (name, d)
 
 
 def _accelerator(zero: dict):

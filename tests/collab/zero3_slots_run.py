@@ -19,7 +19,7 @@ SCHEDULE = ["a", "b", "b", "a", "a", "b", "a"]
 """The policy trained at each optimizer step: switches in both directions, runs of several steps."""
 
 
-def main(out: str) -> None:
+def main(out: str, dtype: str = "fp32") -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 40), torch.nn.Tanh(), torch.nn.LayerNorm(40),
                                 torch.nn.Linear(40, 3))
@@ -32,7 +32,13 @@ def main(out: str) -> None:
     config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "gradient_clipping": 0.0,
               "zero_allow_untested_optimizer": True,
               "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 50}}  # biases persistent
+    if dtype == "bf16":  # bf16 partitions and separate fp32 master partitions
+        config["bf16"] = {"enabled": True}
     engine, opt, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
+    z = opt
+    masters_apart = all(a.data_ptr() != b.data_ptr() for a, b in zip(z.fp16_partitioned_groups_flat,
+                                                                     z.fp32_partitioned_groups_flat, strict=True))
+    masters_back = True
     slots = Zero3PolicySlots(("a", "b"), lambda: opt)
     trainable = [(n, p) for n, p in engine.module.named_parameters() if p.requires_grad]
 
@@ -43,17 +49,20 @@ def main(out: str) -> None:
     parked_changed = False
     g = torch.Generator().manual_seed(1)
     for step, name in enumerate(SCHEDULE):
-        x = torch.randn(5, 6, generator=g)
+        x = torch.randn(5, 6, generator=g).to(next(engine.module.parameters()).dtype)
         other = "b" if name == "a" else "a"
         before = weights(other)
+        masters = [f.clone() for f in z.fp32_partitioned_groups_flat]
         with slots.use(other):  # a generation with the other policy
             engine(x)
+        masters_back &= all(torch.equal(a, b) for a, b in zip(masters, z.fp32_partitioned_groups_flat, strict=True))
         slots.activate(name)
         loss = engine(x).pow(2).mean() + step * 0.1 * engine(x).sum()
         engine.backward(loss)
         engine.step()
         parked_changed |= any(not torch.equal(before[n], w) for n, w in weights(other).items())
         m = refs[name]
+        x = x.float()
         rloss = m(x).pow(2).mean() + step * 0.1 * m(x).sum()
         rloss.backward()
         ropts[name].step()
@@ -65,8 +74,9 @@ def main(out: str) -> None:
         diff[name] = max((got[n] - want[n]).abs().max().item() for n in got)
     moved = max((weights("a")[n] - weights("b")[n]).abs().max().item() for n, _ in trainable)
     if acc.is_main_process:
-        torch.save({"diff": diff, "parked_changed": parked_changed, "a_vs_b": moved}, f"{out}/result.pt")
+        torch.save({"diff": diff, "parked_changed": parked_changed, "a_vs_b": moved,
+                    "masters_apart": masters_apart, "masters_back": masters_back}, f"{out}/result.pt")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])
