@@ -6,8 +6,8 @@ lays the trainable parameters' shards out in flat buffers, one per sub-group:
 ``fp16_partitioned_groups_flat`` (the ``ds_tensor`` of each parameter is a view into it; in fp32
 training it is fp32 too) and ``fp32_partitioned_groups_flat`` (the master weights the torch
 optimizer steps; DeepSpeed may make it the same tensor as the former: each distinct buffer is
-swapped once), and the torch
-optimizer's state (AdamW's ``exp_avg``, ``exp_avg_sq``, ``step``) is keyed by the fp32 flats.
+swapped once), and the torch optimizer's state (AdamW's ``exp_avg``, ``exp_avg_sq``, ``step``)
+is keyed by the fp32 flats.
 
 Every policy has the same parameter shapes and the same partitioning, so each rank's flats have
 the same layout for every policy, and a policy is exactly its flats (weights) plus the optimizer
