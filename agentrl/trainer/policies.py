@@ -36,25 +36,21 @@ MODES = ("shared", "lora", "full")
 """How the policies of a collaboration are realised (``collab_policies``)."""
 
 
-class PolicySlots:
-    """The policies of a collaboration over one model (module docstring)."""
+class SlotNames:
+    """What every way of holding several policies in one model shares: the names, which policy is
+    loaded and which trained, and ``use``. Subclasses swap the tensors (``_swap_weights``)."""
 
-    def __init__(self, model: torch.nn.Module, names: tuple[str, ...], optimizer_fn=lambda: None):
-        """``model``: the unwrapped model; ``names``: policy names, the first one loaded;
-        ``optimizer_fn()``: the Trainer's optimizer (None before training starts)."""
+    def __init__(self, names: tuple[str, ...], optimizer_fn=lambda: None):
+        """``names``: policy names, the first one loaded; ``optimizer_fn()``: the Trainer's
+        optimizer (None before training starts)."""
         if not names:
-            raise ValueError("PolicySlots: needs at least one policy name")
+            raise ValueError(f"{type(self).__name__}: needs at least one policy name")
         self.names = tuple(names)
         self.loaded = self.names[0]
         """The policy whose weights are in the model now."""
         self.trained = self.names[0]
         """The policy whose optimizer state is in the optimizer (equal to ``loaded`` outside ``use``)."""
         self._optimizer_fn = optimizer_fn
-        self.params: list[tuple[str, torch.nn.Parameter]] = [
-            (n, p) for n, p in model.named_parameters() if p.requires_grad]
-        self.parked: dict[str, dict[str, torch.Tensor]] = {
-            name: {n: p.detach().clone() for n, p in self.params} for name in self.names[1:]}
-        self.parked_opt: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in self.names[1:]}
 
     @property
     def separate(self) -> bool:
@@ -65,17 +61,9 @@ class PolicySlots:
         if name not in self.names:
             raise ValueError(f"unknown policy {name!r}; policies: {', '.join(self.names)}")
 
-    # ------------------------------------------------------------------ weights
-    @torch.no_grad()
     def _swap_weights(self, name: str) -> None:
-        """Exchange the model's tensors with ``name``'s parked ones (``loaded`` becomes ``name``)."""
-        store = self.parked.pop(name)
-        for n, p in self.params:
-            tmp = p.detach().clone()
-            p.data.copy_(store[n])
-            store[n].copy_(tmp)
-        self.parked[self.loaded] = store
-        self.loaded = name
+        """Exchange the model's weights with ``name``'s parked ones (``loaded`` becomes ``name``)."""
+        raise NotImplementedError
 
     @contextlib.contextmanager
     def use(self, name: str) -> Iterator[None]:
@@ -90,6 +78,31 @@ class PolicySlots:
             yield
         finally:
             self._swap_weights(back)
+
+
+class PolicySlots(SlotNames):
+    """The policies of a collaboration over one model (module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, names: tuple[str, ...], optimizer_fn=lambda: None):
+        """``model``: the unwrapped model; ``names``, ``optimizer_fn``: as ``SlotNames``."""
+        super().__init__(names, optimizer_fn)
+        self.params: list[tuple[str, torch.nn.Parameter]] = [
+            (n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.parked: dict[str, dict[str, torch.Tensor]] = {
+            name: {n: p.detach().clone() for n, p in self.params} for name in self.names[1:]}
+        self.parked_opt: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in self.names[1:]}
+
+    # ------------------------------------------------------------------ weights
+    @torch.no_grad()
+    def _swap_weights(self, name: str) -> None:
+        """Exchange the model's tensors with ``name``'s parked ones (``loaded`` becomes ``name``)."""
+        store = self.parked.pop(name)
+        for n, p in self.params:
+            tmp = p.detach().clone()
+            p.data.copy_(store[n])
+            store[n].copy_(tmp)
+        self.parked[self.loaded] = store
+        self.loaded = name
 
     # ------------------------------------------------------------------ training
     def _optimizer_state(self) -> dict | None:

@@ -27,11 +27,11 @@ optimizer or parameter offload is refused. Checkpoints hold one rank's parked pa
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from agentrl.trainer.policies import SlotNames
 
 
 def zero3_optimizer(opt: Any) -> Any | None:
@@ -43,30 +43,16 @@ def zero3_optimizer(opt: Any) -> Any | None:
     return None
 
 
-class Zero3PolicySlots:
+class Zero3PolicySlots(SlotNames):
     """The policies of a collaboration over one ZeRO-3 engine (module docstring)."""
 
     def __init__(self, names: tuple[str, ...], optimizer_fn=lambda: None):
-        """``names``: policy names, the first one loaded; ``optimizer_fn()``: the Trainer's
-        optimizer (None before training starts). Every policy starts from the model's weights."""
-        if not names:
-            raise ValueError("Zero3PolicySlots: needs at least one policy name")
-        self.names = tuple(names)
-        self.loaded = self.names[0]
-        self.trained = self.names[0]
-        self._optimizer_fn = optimizer_fn
+        """As ``SlotNames``; every policy starts from the model's weights."""
+        super().__init__(names, optimizer_fn)
         self.parked: dict[str, list[torch.Tensor]] | None = None
         """Per parked policy, clones of this rank's flats; None until the first swap (every policy
         then still holds the initial weights)."""
         self.parked_opt: dict[str, list[dict[str, Any] | None]] = {}
-
-    @property
-    def separate(self) -> bool:
-        return len(self.names) > 1
-
-    def _check(self, name: str) -> None:
-        if name not in self.names:
-            raise ValueError(f"unknown policy {name!r}; policies: {', '.join(self.names)}")
 
     def _zero(self):
         z = zero3_optimizer(self._optimizer_fn())
@@ -101,7 +87,8 @@ class Zero3PolicySlots:
 
     # ------------------------------------------------------------------ weights
     @torch.no_grad()
-    def _swap_weights(self, name: str, z) -> None:
+    def _swap_weights(self, name: str, z=None) -> None:
+        z = self._zero() if z is None else z
         self._ensure_parked(z)
         z._partition_all_parameters()  # release gathered copies: they would keep the old weights
         store = self.parked.pop(name)
@@ -119,21 +106,6 @@ class Zero3PolicySlots:
         persistent = getattr(z, "persistent_parameters", None)
         if persistent:
             persistent[0].all_gather(persistent)
-
-    @contextlib.contextmanager
-    def use(self, name: str) -> Iterator[None]:
-        """Generate with ``name``'s weights inside the block; the loaded policy returns after."""
-        self._check(name)
-        if name == self.loaded:
-            yield
-            return
-        z = self._zero()
-        back = self.loaded
-        self._swap_weights(name, z)
-        try:
-            yield
-        finally:
-            self._swap_weights(back, z)
 
     # ------------------------------------------------------------------ training
     def activate(self, name: str) -> bool:
