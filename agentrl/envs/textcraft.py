@@ -275,7 +275,7 @@ class TextCraftEnv(TextEnv):
     env_title = "Minecraft crafting (TextCraft)"
 
     def __init__(self, prompt_style: str = "default", invalid_action_penalty: float = 0.1,
-                 history_length: int = 2, render_mode: str | None = None):
+                 history_length: int = 2, render_mode: str | None = None, progress_reward: float = 0.0):
         """
         Args:
             prompt_style: "default" (BiPACE App. J prompt with all crafting commands, distractors
@@ -284,8 +284,18 @@ class TextCraftEnv(TextEnv):
             invalid_action_penalty: subtracted from the reward of a rejected/malformed action.
             history_length: (observation, action) pairs shown in the default prompt.
             render_mode: only "ansi" (render returns the last observation).
+            progress_reward: potential-based shaping (Ng et al. 1999): each step is paid
+                ``progress_reward`` times the drop in the length of the expert's remaining plan,
+                so a step toward the goal earns it, a step away (an ingredient spent on the wrong
+                craft) pays it back and a detour earns nothing; the shaping summed over any
+                episode is ``progress_reward`` x (initial - final plan length), which a loop of
+                always-valid commands cannot inflate. 0 (default) is the env's own reward.
         """
         super().__init__(invalid_action_penalty, history_length, render_mode)
+        if not 0.0 <= float(progress_reward) <= 1.0:
+            raise ValueError(f"progress_reward must be in [0, 1], got {progress_reward!r}")
+        self.progress_reward = float(progress_reward)
+        self._plan_len = 0
         if prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {prompt_style!r}")
         self.prompt_style = prompt_style
@@ -328,7 +338,9 @@ class TextCraftEnv(TextEnv):
         self._goal = goal
         self._engine.inventory = {}
         self._engine.goal = goal
-        self._relevant = list(dict.fromkeys(a for a in R.plan(goal, {}) if a.startswith("craft")))
+        plan = R.plan(goal, {})
+        self._plan_len = len(plan)
+        self._relevant = list(dict.fromkeys(a for a in plan if a.startswith("craft")))
         lines = "\n".join(r.recipe_str for r in shown)
         task = f"craft {_name(goal)}.\nCrafting commands:\n{lines}"
         obs = f"Crafting commands:\n{lines}\n\nGoal: craft {_name(goal)}."
@@ -357,6 +369,10 @@ class TextCraftEnv(TextEnv):
                                    or "nothing") + "."
         obs = re.sub(r"minecraft:([a-z0-9_]+)", lambda m: m.group(1).replace("_", " "), obs)
         extra = {"won": True} if terminated and reward > 0 else {}
+        if self.progress_reward and valid:
+            left = 0 if extra else len(self._R.plan(self._goal, self._engine.inventory))
+            reward += self.progress_reward * (self._plan_len - left)
+            self._plan_len = left
         return obs.strip(), float(reward), bool(terminated), valid, extra
 
     # --- expert / admissible / signatures -------------------------------------------------

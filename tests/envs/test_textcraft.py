@@ -259,3 +259,30 @@ def test_reused_env_plays_like_a_fresh_one(env):
     # one recipe graph per process, an inventory per env
     assert fresh._engine.crafting_tree is env._engine.crafting_tree is recipes().tree
     assert fresh._engine.inventory is not env._engine.inventory
+
+
+def test_progress_reward_is_potential_based():
+    # crafting table: the expert's plan from nothing is get acacia logs, craft planks, craft table
+    # (3 steps), so a won episode is paid 1 + 0.1 x 3 however it got there.
+    env = TextCraftEnv(progress_reward=0.1)
+    env.reset(seed=seed_of("minecraft:crafting_table"))
+    # oak logs are not in the expert's plan (it would get acacia): no progress, no pay
+    assert env.step("<action>get 1 oak logs</action>")[1] == pytest.approx(0.0)
+    # 4 oak planks leave one step (the table from them): 3 -> 1
+    assert env.step("<action>craft 4 oak planks using 1 oak logs</action>")[1] == pytest.approx(0.2)
+    # spending a plank on a button puts the plan back at 3 steps: paid back
+    obs, r, *_ = env.step("<action>craft 1 oak button using 1 oak planks</action>")
+    assert obs == "Crafted 1 oak button" and r == pytest.approx(-0.2)
+    # a rejected command: the penalty only
+    assert env.step("<action>craft 1 crafting table using 4 planks</action>")[1] == pytest.approx(-0.1)
+    total = 0.0
+    for _ in range(5):
+        _, r, term, _, info = env.step(format_action(env.expert_action()))
+        total += r
+        if term:
+            break
+    assert info["won"] and total == pytest.approx(1.0 + 0.1 * 3)
+    # the default pays the env's own reward only
+    assert play_expert(TextCraftEnv(), seed_of("minecraft:crafting_table"))[0] == 1.0
+    with pytest.raises(ValueError, match="progress_reward"):
+        TextCraftEnv(progress_reward=-0.1)
