@@ -370,7 +370,7 @@ class TextCraftEnv(TextEnv):
         obs = re.sub(r"minecraft:([a-z0-9_]+)", lambda m: m.group(1).replace("_", " "), obs)
         extra = {"won": True} if terminated and reward > 0 else {}
         if self.progress_reward and valid:
-            left = 0 if extra else len(self._R.plan(self._goal, self._engine.inventory))
+            left = 0 if extra.get("won") else len(self._R.plan(self._goal, self._engine.inventory))
             reward += self.progress_reward * (self._plan_len - left)
             self._plan_len = left
         return obs.strip(), float(reward), bool(terminated), valid, extra
