@@ -370,7 +370,7 @@ class TextCraftEnv(TextEnv):
         obs = re.sub(r"minecraft:([a-z0-9_]+)", lambda m: m.group(1).replace("_", " "), obs)
         extra = {"won": True} if terminated and reward > 0 else {}
         if self.progress_reward and valid:
-            left = 0 if extra.get("won") else len(self._R.plan(self._goal, self._engine.inventory))
+            left = 0 if extra.get("won") else len(self._remaining_plan())
             reward += self.progress_reward * (self._plan_len - left)
             self._plan_len = left
         return obs.strip(), float(reward), bool(terminated), valid, extra
@@ -379,8 +379,13 @@ class TextCraftEnv(TextEnv):
     def expert_action(self) -> str | None:
         if not self._goal or self._won:
             return None
-        plan = self._R.plan(self._goal, self._engine.inventory)
+        plan = self._remaining_plan()
         return plan[0] if plan else None
+
+    def _remaining_plan(self) -> list[str]:
+        """The expert's commands from the current inventory to the goal (the progress reward's
+        potential is their number)."""
+        return self._R.plan(self._goal, self._engine.inventory)
 
     def inventory(self) -> dict[str, int]:
         """Current inventory as {item name: count}."""
