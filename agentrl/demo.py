@@ -10,7 +10,9 @@
 3. **RL.** ``agentrl.train`` on ``recipes/demo_<design>.yaml`` (AgentGRPOTrainer + a credit
    module) from the SFT checkpoint, saving checkpoints along the way.
 4. **Evaluation** on the held-out ``valid`` goals (never trained on), greedy decoding: after SFT
-   ("before"), at each RL checkpoint (``learning_curve.png``) and after RL ("after").
+   ("before"), at each RL checkpoint (``learning_curve.png``) and after RL ("after"); and on the
+   *training* goals before and after RL, which tells "RL did not learn" (training goals flat) from
+   "what RL learned did not transfer" (training goals up, held-out flat).
 
 The last line printed is ``demo: success before=X after=Y`` (percent of held-out episodes), so the
 gain shown is RL's own. Everything is seeded: the same command gives the same numbers on the same
@@ -43,12 +45,15 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 DESIGNS: dict[str, dict[str, Any]] = {
     "tiny": dict(recipe="demo_tiny.yaml", hidden_size=128, num_layers=2, vocab_size=1024,
                  sft_episodes=232, sft_steps=1200, sft_lr=1e-3, sft_batch=16, threads=1,
-                 rl_steps=40, save_steps=20, eval_episodes=118, eval_turns=15),
+                 rl_steps=40, save_steps=20, eval_episodes=118, eval_turns=15, train_eval_episodes=232),
     "smollm2": dict(recipe="demo_smollm2.yaml", sft_episodes=64, sft_steps=12, sft_lr=5e-5, sft_batch=8,
-                    threads=2, rl_steps=8, save_steps=4, eval_episodes=59, eval_turns=15),
+                    threads=2, rl_steps=8, save_steps=4, eval_episodes=59, eval_turns=15, train_eval_episodes=64),
 }
+# train_eval_episodes: training goals (seeds 0..n-1 of the train split, the RL tasks) evaluated
+# greedily before and after RL
 # eval_turns as the recipe's max_turns: `agentrl eval` of a demo checkpoint gives the demo's figure
-QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, eval_episodes=12, eval_turns=15)
+QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, eval_episodes=12, eval_turns=15,
+             train_eval_episodes=12)
 
 
 def log(msg: str) -> None:
@@ -157,13 +162,14 @@ def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: i
             "--overwrite_output_dir", "true"]  # a rerun of the demo starts its RL phase afresh
 
 
-def held_out_settings(argv: list[str], n_eval: int, eval_turns: int):
-    """The recipe's own rollout settings (prompt style, history, completion length) on the valid goals."""
+def held_out_settings(argv: list[str], n_eval: int, eval_turns: int, split: str = "valid"):
+    """The recipe's own rollout settings (prompt style, history, completion length) on the valid
+    goals (``split="train"``: on the training goals, for the did-RL-learn-at-all check)."""
     from agentrl.config import load_recipe
     from agentrl.heldout import HeldOutSettings
 
     cfg = load_recipe(argv[0], argv[1:])
-    hs = HeldOutSettings.from_config(cfg, split="valid", episodes=n_eval, families=FAMILIES)
+    hs = HeldOutSettings.from_config(cfg, split=split, episodes=n_eval, families=FAMILIES)
     hs.max_turns = eval_turns
     return hs
 
@@ -187,6 +193,7 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     steps = s.rl_steps or (QUICK["rl_steps"] if quick else design["rl_steps"])
     save_steps = QUICK["save_steps"] if quick else design["save_steps"]
     n_eval = QUICK["eval_episodes"] if quick else design["eval_episodes"]
+    n_train_eval = QUICK["train_eval_episodes"] if quick else design["train_eval_episodes"]
     eval_turns = QUICK["eval_turns"] if quick else design["eval_turns"]
     timings: dict[str, float] = {}
 
@@ -195,6 +202,7 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     rl_dir = s.out / "rl"
     argv = rl_argv(s, design, sft_dir, rl_dir, steps, save_steps)
     heldout = held_out_settings(argv, n_eval, eval_turns)
+    on_train = held_out_settings(argv, n_train_eval, eval_turns, split="train")
 
     t = time.time()
     before = evaluate_wins(str(sft_dir), heldout)
@@ -202,6 +210,8 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     log(f"held-out success after SFT: {before['success']:.1f}% +- {before['success_se']:.1f} "
         f"({before['episodes']} episodes, invalid actions {100 * before['invalid_rate']:.0f}%, "
         f"{timings['eval_before_s']:.0f}s)")
+    train_before = evaluate_wins(str(sft_dir), on_train)
+    log(f"training goals after SFT: {train_before['success']:.1f}% ({train_before['episodes']} episodes)")
 
     # 3. RL from the warm start through the recipe
     t = time.time()
@@ -224,6 +234,11 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
             f"invalid actions {100 * r['invalid_rate']:.0f}%)")
         after = r
     timings["eval_curve_s"] = time.time() - t
+    final_dir = max(rl_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]), default=None)
+    train_after = evaluate_wins(str(final_dir), on_train) if final_dir else train_before
+    train_gain, train_se = paired_gain(train_before["wins"], train_after["wins"])
+    log(f"training goals after RL: {train_after['success']:.1f}% (gain {train_gain:+.1f}, paired s.e. "
+        f"{train_se:.1f}): the goals RL trained on, so a flat figure here means RL did not learn them")
     train_curve = []
     state = rl_dir / f"checkpoint-{steps}" / "trainer_state.json"
     if state.is_file():
@@ -236,6 +251,8 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     best = max(p[1] for p in points[1:]) if len(points) > 1 else before["success"]
     summary = {"design": design_name, "seed": seed, "quick": quick, "before": before, "after": after,
                "gain": diff, "gain_paired_se": se_diff, "best": best, "curve": points, "train_curve": train_curve,
+               "train_goals": {"before": train_before, "after": train_after, "gain": train_gain,
+                               "gain_paired_se": train_se, "settings": on_train.to_dict()},
                "warm_start": str(sft_dir), "heldout": heldout.to_dict(), "timings": timings,
                "rl_s_per_step": timings["rl_s"] / steps, "checkpoint": str(rl_dir), "rl_command": argv}
     (s.out / "demo_summary.json").write_text(json.dumps(summary, indent=2))

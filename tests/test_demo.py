@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agentrl.demo import paired_gain
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,6 +39,11 @@ def test_demo_quick(tmp_path):
     summary = json.loads((out / "demo_summary.json").read_text())
     assert summary["before"]["episodes"] == summary["after"]["episodes"] == 12
     assert float(m.group(1)) == round(summary["before"]["success"], 1)
+    # the training goals, greedy, before and after RL: the paired gain is the difference of rates
+    tg = summary["train_goals"]
+    assert tg["before"]["episodes"] == tg["after"]["episodes"] == 12
+    assert (tg["settings"]["split"], summary["heldout"]["split"]) == ("train", "valid")
+    assert tg["gain"] == pytest.approx(tg["after"]["success"] - tg["before"]["success"])
     assert (out / "learning_curve.png").stat().st_size > 1000
     assert any((out / "rl").glob("checkpoint-*"))
     # `agentrl eval` of the demo's final checkpoint, with nothing but the held-out tasks given,
