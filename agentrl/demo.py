@@ -210,7 +210,9 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     log(f"held-out success after SFT: {before['success']:.1f}% +- {before['success_se']:.1f} "
         f"({before['episodes']} episodes, invalid actions {100 * before['invalid_rate']:.0f}%, "
         f"{timings['eval_before_s']:.0f}s)")
+    t = time.time()
     train_before = evaluate_wins(str(sft_dir), on_train)
+    timings["eval_train_s"] = time.time() - t
     log(f"training goals after SFT: {train_before['success']:.1f}% ({train_before['episodes']} episodes)")
 
     # 3. RL from the warm start through the recipe
@@ -225,17 +227,18 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     # 4. held-out learning curve over the RL checkpoints (the last one is the final model)
     t = time.time()
     points = [(0, before["success"], before["success_se"], 0.0)]
-    after = before
+    after, final_dir = before, sft_dir
     for step, ck in sorted((int(p.name.split("-")[1]), p) for p in rl_dir.glob("checkpoint-*")):
         r = evaluate_wins(str(ck), heldout)
         gain, se = paired_gain(before["wins"], r["wins"])
         points.append((step, r["success"], r["success_se"], se))
         log(f"  step {step}: held-out success {r['success']:.1f}% (gain {gain:+.1f}, paired s.e. {se:.1f}; "
             f"invalid actions {100 * r['invalid_rate']:.0f}%)")
-        after = r
+        after, final_dir = r, ck
     timings["eval_curve_s"] = time.time() - t
-    final_dir = max(rl_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]), default=None)
-    train_after = evaluate_wins(str(final_dir), on_train) if final_dir else train_before
+    t = time.time()
+    train_after = evaluate_wins(str(final_dir), on_train)
+    timings["eval_train_s"] += time.time() - t
     train_gain, train_se = paired_gain(train_before["wins"], train_after["wins"])
     log(f"training goals after RL: {train_after['success']:.1f}% (gain {train_gain:+.1f}, paired s.e. "
         f"{train_se:.1f}): the goals RL trained on, so a flat figure here means RL did not learn them")
