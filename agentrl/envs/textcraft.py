@@ -292,7 +292,9 @@ class TextCraftEnv(TextEnv):
                 always-valid commands cannot inflate. 0 (default) is the env's own reward.
         """
         super().__init__(invalid_action_penalty, history_length, render_mode)
-        if not 0.0 <= float(progress_reward) <= 1.0:
+        # a string or bool in env_kwargs would otherwise fail in float() without naming the field
+        if isinstance(progress_reward, bool) or not isinstance(progress_reward, (int, float)) \
+                or not 0.0 <= progress_reward <= 1.0:
             raise ValueError(f"progress_reward must be in [0, 1], got {progress_reward!r}")
         self.progress_reward = float(progress_reward)
         self._plan_len = 0

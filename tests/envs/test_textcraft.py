@@ -284,5 +284,6 @@ def test_progress_reward_is_potential_based():
     assert info["won"] and total == pytest.approx(1.0 + 0.1 * 3)
     # the default pays the env's own reward only
     assert play_expert(TextCraftEnv(), seed_of("minecraft:crafting_table"))[0] == 1.0
-    with pytest.raises(ValueError, match="progress_reward"):
-        TextCraftEnv(progress_reward=-0.1)
+    for bad in (-0.1, float("nan"), "0.1", True):
+        with pytest.raises(ValueError, match="progress_reward must be in"):
+            TextCraftEnv(progress_reward=bad)
