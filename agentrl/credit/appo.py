@@ -9,8 +9,10 @@ Token layout
 ------------
 Token arrays are ``(N, T)``: the completion tokens of N rollouts of one batch, left-aligned and
 right-padded. ``mask[n, t]`` is True for the tokens that count: the model's own tokens (tool
-results, the env's ``<result>`` turns, and padding are False). The authors also skip tokens
-whose text is whitespace only; ``eligible_tokens`` builds that mask. Distances inside the decayed
+results, the env's ``<result>`` turns, and padding are False). Branch points are chosen among a
+narrower set, the *eligible* tokens: the authors skip tokens whose text is whitespace only
+(``eligible_tokens`` builds that mask; the trainer also skips special tokens). The two masks
+have different jobs: z-scores are taken over ``mask``, candidates come from ``eligible``. Distances inside the decayed
 sums (``gamma ** (k - t)``) count sequence positions, so a tool result between two model tokens
 lengthens their distance but adds nothing to the sum.
 
@@ -23,8 +25,9 @@ Branch points (Eqs. 3-5)
   exp(sum_{k >= t} gamma^(k-t) log rho_k) over model tokens; each log-ratio and the exponent are
   clamped to +-20 (the code's clamp), so Omega is finite. Masked positions get exactly 1.
 * Score (Eq. 5): ``branch_score`` = Z(clip(Omega, 1 - eps', 1 + eps')) * Z(H), Z the z-score
-  within the rollout over its masked tokens with the population std + 1e-6 (the code; the paper
-  does not say). eps' = 0.2 (the code's [0.8, 1.2]; the paper gives no value).
+  within the rollout over its model tokens (``mask``; whitespace-only tokens count in the mean
+  and std, as in the authors' code, which drops them only when it collects candidates) with the
+  population std + 1e-6 (the code; the paper does not say). eps' = 0.2 (the code's [0.8, 1.2]; the paper gives no value).
   ``score="entropy"`` is Table 4's pure-entropy ablation (Z(H) alone). A product of two z-scores
   is also large when both are very negative, so the code's strict rule first takes tokens with
   both z > 0 (``strict_candidates``).
@@ -209,10 +212,13 @@ def branch_score(entropy, omega, mask, clip_eps: float = 0.2, score: str = "bs",
                  eps: float = EPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """BS = Z(clip(Omega, 1 - eps', 1 + eps')) * Z(H) within each rollout (Eq. 5).
 
-    Returns (score, z_entropy, z_omega), all (N, T), 0 at masked positions. ``score="entropy"``
-    gives Z(H) (Table 4's ablation). A rollout whose clipped Omega has a population std <=
-    ``flat_tol`` gets Z(Omega) = 0 exactly (rounding noise would otherwise decide the ranking);
-    ``flat_omega``: see the module docstring.
+    ``mask`` is the population of the z-scores: the rollout's model tokens (Eq. 5's "within the
+    rollout"; the authors' code takes the loss-mask tokens, whitespace-only ones included). Which
+    of them may become branch points is the selection's business (``eligible`` in
+    ``choose_branch_points``), not the statistics'. Returns (score, z_entropy, z_omega), all
+    (N, T), 0 outside ``mask``. ``score="entropy"`` gives Z(H) (Table 4's ablation). A rollout
+    whose clipped Omega has a population std <= ``flat_tol`` gets Z(Omega) = 0 exactly (rounding
+    noise would otherwise decide the ranking); ``flat_omega``: see the module docstring.
     """
     _choice("score", score, SCORES)
     _choice("flat_omega", flat_omega, FLAT_OMEGA)
@@ -225,19 +231,24 @@ def branch_score(entropy, omega, mask, clip_eps: float = 0.2, score: str = "bs",
         return z_h, z_h, z_o
     bs = z_h * z_o
     if flat_omega == "entropy":
-        flat = ~np.any(m & (z_o != 0.0), axis=1)
-        bs = np.where(flat[:, None], z_h, bs)
+        bs = np.where(_flat_rows(z_o, m)[:, None], z_h, bs)
     return bs, z_h, z_o
 
 
-def strict_candidates(z_entropy, z_omega, mask, score: str = "bs") -> np.ndarray:
-    """The code's strict rule: tokens with Z(H) > 0 and Z(Omega) > 0 (Z(H) > 0 alone for
-    ``score="entropy"``, or in a rollout whose Omega is flat)."""
+def _flat_rows(z_omega: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Rollouts whose Z(Omega) is 0 on every token of ``mask`` (Omega carried no signal)."""
+    return ~np.any(mask & (z_omega != 0.0), axis=1)
+
+
+def strict_candidates(z_entropy, z_omega, mask, score: str = "bs", population=None) -> np.ndarray:
+    """The code's strict rule: tokens of ``mask`` with Z(H) > 0 and Z(Omega) > 0 (Z(H) > 0 alone
+    for ``score="entropy"``, or in a rollout whose Omega is flat over ``population``, the z-scores'
+    own population; default ``mask``)."""
     _choice("score", score, SCORES)
     m, z_h, z_o = _rows(mask, bool), _rows(z_entropy), _rows(z_omega)
     if score == "entropy":
         return m & (z_h > 0)
-    flat = ~np.any(m & (z_o != 0.0), axis=1)
+    flat = _flat_rows(z_o, m if population is None else _rows(population, bool))
     return m & (z_h > 0) & ((z_o > 0) | flat[:, None])
 
 
@@ -279,14 +290,20 @@ def select_branch_points(score, mask, budget: int, scope: str = "rollout", prefe
 
 def choose_branch_points(entropy, omega, mask, budget: int, scope: str = "rollout", strict: bool = False,
                          score: str = "bs", clip_eps: float = 0.2, flat_omega: str = "entropy",
-                         repeat: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                         repeat: bool = True, eligible=None) -> tuple[np.ndarray, np.ndarray]:
     """Score, optional strict rule, selection in one call: (rows, positions) of one prompt.
 
+    The z-scores are taken over ``mask`` (the model tokens) and the points are chosen among
+    ``eligible`` (default: ``mask``; the trainer passes model tokens that are neither whitespace
+    only nor special). A whitespace token's entropy still counts in its rollout's mean and std,
+    as in the authors' code: normalising over the eligible tokens alone would shift every z-score
+    of a rollout with high-entropy newlines and can change which points win.
     Paper: ``scope="rollout", strict=False``; the authors' code: ``scope="prompt", strict=True``.
     """
+    cand = _rows(mask, bool) if eligible is None else _rows(eligible, bool) & _rows(mask, bool)
     bs, z_h, z_o = branch_score(entropy, omega, mask, clip_eps, score, flat_omega)
-    pref = strict_candidates(z_h, z_o, mask, score) if strict else None
-    return select_branch_points(bs, mask, budget, scope, pref, repeat)
+    pref = strict_candidates(z_h, z_o, cand, score, population=mask) if strict else None
+    return select_branch_points(bs, cand, budget, scope, pref, repeat)
 
 
 # ============================================================================ advantages (Eq. 6)

@@ -9,7 +9,7 @@
    results and other env tokens are left out). Branch points are chosen per prompt group with
    ``agentrl.credit.appo.choose_branch_points`` (Eq. 5; top-B per rollout or a per-prompt pool)
    among the *eligible* tokens: model tokens that are not special tokens (EOS) and not
-   whitespace only. One continuation per point is played by the ``branch`` context
+   whitespace only; Eq. 5's z-scores are still taken over all model tokens. One continuation per point is played by the ``branch`` context
    (``agentrl.rollout.branching``) through ``trainer.rollout``, the collective-safe path.
 2. ``_episode_rows``: each initial rollout's row gets per-token advantages from
    ``dual_group_advantages`` (Eq. 6) over the gathered records of all ranks (initial rollouts and
@@ -68,6 +68,31 @@ def check_config(cfg) -> None:
                           "(the authors use 0.001) or use_peft: true, or omega_baseline: behaviour")
     if kw["b"] and getattr(cfg, "use_liger_kernel", False):
         raise RecipeError("credit appo's future-aware term (b > 0) needs TRL's own loss: set use_liger_kernel: false")
+
+
+def branch_points(group_ids: list[str | None], stats: dict[str, np.ndarray],
+                  kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, positions) of the branch points and Omega (N, T) of N rollouts, chosen per prompt
+    group (``group_ids[n]``; None = a rollout with no steps, never branched).
+
+    ``stats`` is ``AppoTrainer.token_stats``'s output. Omega and the z-scores of Eq. 5 are taken
+    over the model tokens (``model_mask``); the points are chosen among the ``eligible`` ones
+    (model tokens that are not whitespace only or special), as the authors' code does.
+    """
+    gamma = 1.0 if kw["omega_decay"] == 0 else F.gamma_from_decay(kw["omega_decay"])
+    omega = F.future_value(stats["log_ratio"], stats["model_mask"], gamma)
+    rows, pos = [], []
+    groups: dict[str, list[int]] = {}
+    for i, g in enumerate(group_ids):
+        if g is not None:
+            groups.setdefault(g, []).append(i)
+    for idx in groups.values():
+        r, t = F.choose_branch_points(stats["entropy"][idx], omega[idx], stats["model_mask"][idx], kw["budget"],
+                                      kw["scope"], kw["strict"], kw["score"], kw["clip_eps"], kw["flat_omega"],
+                                      eligible=stats["eligible"][idx])
+        rows += [idx[j] for j in r]
+        pos += list(t)
+    return np.asarray(rows, dtype=int), np.asarray(pos, dtype=int), omega
 
 
 def is_branch(ep: Episode) -> bool:
@@ -150,21 +175,8 @@ class AppoTrainer(FutureAwareLoss, AgentGRPOTrainer):
     # ------------------------------------------------------------------ branching
     def branch_points(self, episodes: list[Episode], stats: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         """(rows, positions) of the branch points of ``episodes`` (chosen per prompt group) and
-        Omega (N, T)."""
-        kw = self.appo_kwargs
-        gamma = 1.0 if kw["omega_decay"] == 0 else F.gamma_from_decay(kw["omega_decay"])
-        omega = F.future_value(stats["log_ratio"], stats["model_mask"], gamma)
-        rows, pos = [], []
-        groups: dict[str, list[int]] = {}
-        for i, ep in enumerate(episodes):
-            if ep.steps:
-                groups.setdefault(ep.group_id, []).append(i)
-        for idx in groups.values():
-            r, t = F.choose_branch_points(stats["entropy"][idx], omega[idx], stats["eligible"][idx], kw["budget"],
-                                          kw["scope"], kw["strict"], kw["score"], kw["clip_eps"], kw["flat_omega"])
-            rows += [idx[j] for j in r]
-            pos += list(t)
-        return np.asarray(rows, dtype=int), np.asarray(pos, dtype=int), omega
+        Omega (N, T): ``branch_points`` on their group ids."""
+        return branch_points([ep.group_id if ep.steps else None for ep in episodes], stats, self.appo_kwargs)
 
     def branch(self, episodes: list[Episode]) -> list[Episode]:
         """The branches of this rank's initial rollouts (``AppoHooks.after_rollout``)."""
@@ -260,4 +272,4 @@ class AppoTrainer(FutureAwareLoss, AgentGRPOTrainer):
                 self._metrics[mode][k].append(v)
 
 
-__all__ = ["AppoHooks", "AppoTrainer", "check_config", "is_branch"]
+__all__ = ["AppoHooks", "AppoTrainer", "branch_points", "check_config", "is_branch"]

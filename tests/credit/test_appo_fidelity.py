@@ -1,0 +1,86 @@
+"""APPO, CCPO and SEPO where the papers (arXiv:2606.12384, arXiv:2603.21563) and their authors'
+code disagreed with an earlier version of ours: one exact-value test per point, the numbers
+worked out by hand in the comments. std is the population std unless said otherwise; eps = 1e-6.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from agentrl.credit import appo as F
+from agentrl.credit.registry import resolve as resolve_estimator
+
+approx = lambda x: pytest.approx(x, rel=1e-5, abs=1e-9)  # noqa: E731
+
+
+def _appo_kw(**kw):
+    return resolve_estimator("appo", {"gamma": 0.95, **kw})[1]
+
+
+# ============================================================================ 1. Eq. 5's population
+# One rollout of 4 model tokens; token 3 is a newline (whitespace only: not eligible) with a high
+# entropy. H = [0, 0, 1, 3], Omega = [0.9, 1.0, 1.1, 1.0] (inside the [0.8, 1.2] clip).
+#
+# Over the model tokens (the authors' code, Eq. 5's "within the rollout"):
+#   H: mean 1, devs [-1, -1, 0, 2], var 6/4 = 1.5, std 1.224745 -> Z(H) = dev / (1.224745 + 1e-6)
+#      = [-.816496, -.816496, 0, 1.632992]
+#   Omega: mean 1, devs [-.1, 0, .1, 0], var .02/4, std .0707107 -> Z(O) = dev / (.0707107 + 1e-6)
+#      = [-1.414194, 0, 1.414194, 0] (the eps shows in the 5th digit here)
+#   BS = [.816496 * 1.414194, 0, 0, 0] = [1.154683, 0, 0, 0]: among tokens 0-2, token 0 wins.
+# Over the eligible tokens only (the old code):
+#   H [0, 0, 1]: mean 1/3, std sqrt(2/9) = .471405 -> Z(H) = [-.707105, -.707105, 1.414211]
+#   Omega [.9, 1, 1.1]: std sqrt(.02/3) = .0816497 -> Z(O) = [-1.224730, 0, 1.224730]
+#   BS = [.866013, 0, 1.732026]: token 2 wins.
+H1 = np.array([[0.0, 0.0, 1.0, 3.0]])
+OMEGA1 = np.array([[0.9, 1.0, 1.1, 1.0]])
+MODEL1 = np.array([[True, True, True, True]])
+ELIGIBLE1 = np.array([[True, True, True, False]])
+
+
+def test_branch_score_z_over_model_tokens_whitespace_entropy():
+    bs, z_h, z_o = F.branch_score(H1, OMEGA1, MODEL1)
+    assert z_h[0].tolist() == [approx(-0.816496), approx(-0.816496), 0.0, approx(1.632992)]
+    assert z_o[0].tolist() == [approx(-1.414194), approx(0.0), approx(1.414194), approx(0.0)]
+    assert bs[0, :3].tolist() == [approx(1.154683), approx(0.0), approx(0.0)]
+    # the same scores over the eligible tokens alone (what the old code computed)
+    bs_e, _, _ = F.branch_score(H1, OMEGA1, ELIGIBLE1)
+    assert bs_e[0, :3].tolist() == [approx(0.866013), approx(0.0), approx(1.732026)]
+    # the paper's selection (top-1 of the rollout): token 0 among the eligible ones, not token 2
+    rows, pos = F.choose_branch_points(H1, OMEGA1, MODEL1, 1, eligible=ELIGIBLE1)
+    assert (rows.tolist(), pos.tolist()) == ([0], [0])
+    # what normalising over the eligible tokens alone would give (the old behaviour): token 2
+    old = F.choose_branch_points(H1, OMEGA1, ELIGIBLE1, 1)
+    assert (old[0].tolist(), old[1].tolist()) == ([0], [2])
+
+
+# Two rollouts of one prompt, the authors' per-prompt pool of B = 1 with the strict rule, Omega
+# flat (log-ratio 0: the first iteration), so BS = Z(H) and strict = Z(H) > 0.
+#   rollout 0: H = [0, 2, 4], token 2 a newline. Over its 3 model tokens: mean 2, std sqrt(8/3)
+#     = 1.632993 -> Z(H) = [-1.224745, 0, 1.224745]; eligible token 1 has Z = 0 (not > 0).
+#     Over the eligible tokens [0, 2]: mean 1, std 1 -> Z = [-1, 1]: token 1 would score 1.
+#   rollout 1: H = [0, 3, 3], all eligible: mean 2, std sqrt(2) -> Z = [-1.414214, .707107, .707107].
+#   Model-token population: strict pool {(1, 1), (1, 2)}, tie at .707107 -> earliest: (1, 1).
+#   Eligible population: (0, 1) scores 1 > .707107 -> (0, 1).
+H2 = np.array([[0.0, 2.0, 4.0], [0.0, 3.0, 3.0]])
+MODEL2 = np.ones((2, 3), dtype=bool)
+ELIGIBLE2 = np.array([[True, True, False], [True, True, True]])
+
+
+def test_trainer_branch_points_normalise_over_model_tokens():
+    from agentrl.trainer.appo import branch_points
+
+    kw = _appo_kw(budget=1, scope="prompt", strict=True)
+    stats = {"entropy": H2, "log_ratio": np.zeros((2, 3)), "model_mask": MODEL2, "eligible": ELIGIBLE2}
+    rows, pos, omega = branch_points(["g", "g"], stats, kw)
+    assert np.all(omega == 1.0)
+    assert (rows.tolist(), pos.tolist()) == ([1], [1])
+    # the one-rollout case above through the trainer: Omega from log-ratios with gamma = 1
+    # (omega_decay 0): log Omega = [ln .9, 0, ln 1.1, 0] = suffix sums of [ln .9, -ln 1.1, ln 1.1, 0]
+    lr = np.array([[math.log(0.9), -math.log(1.1), math.log(1.1), 0.0]])
+    stats1 = {"entropy": H1, "log_ratio": lr, "model_mask": MODEL1, "eligible": ELIGIBLE1}
+    rows, pos, omega = branch_points(["g"], stats1, _appo_kw(budget=1, omega_decay=0.0))
+    assert omega[0].tolist() == [approx(0.9), approx(1.0), approx(1.1), 1.0]
+    assert (rows.tolist(), pos.tolist()) == ([0], [0])
