@@ -40,7 +40,7 @@ Each module returns one reward and one advantage per rollout for each role.
     s_1 = eta p_1^self + (1 - eta) p_2^peer                    (Sec. 3.3 Eq. 1)
     s_2 = eta p_2^self + (1 - eta) p_1^peer                    (Sec. 3.3 Eq. 2)
     w_i = s_i / (s_1 + s_2 + eps)
-    bonus_i = w_i - mean_group(w_i)   (raw w_i with centring off)
+    bonus_i = w_i - mean_group(w_i)   (raw w_i with centring off; a group of one gives 0)
     r_i = R_ver + lam_credit bonus_i if R_ver = +1, R_ver - lam_blame bonus_i if R_ver = -1
     lam_credit = lam_blame = 0.2 (Sec. 3.3). eta = 0.3 is the authors' code's self weight (the
     paper gives no value). A rating is parsed from the first JSON object whose ``outcome``
@@ -112,6 +112,21 @@ def group_advantages(r: np.ndarray, group: np.ndarray, scale: str = "std", eps: 
     std = np.sqrt(np.bincount(inv, dev * dev) / np.maximum(n - 1, 1))
     std[single] = 1.0
     return dev / (std[inv] + eps)
+
+
+def group_center(x: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """x - mean of x's prompt group, with no special case: a group of one gives exactly 0.
+
+    SEPO's bonus (Sec. 3.3: w_i - mean over the group) is a centring, not an advantage, so the
+    group-of-one rule of ``group_advantages`` (mean 0) does not apply: a lone rollout's w equals
+    its own mean. Means are taken around the group's first value (equal values give exactly 0).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    _, first, inv = np.unique(np.asarray(group), return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    ref = x[first]
+    mean = ref + np.bincount(inv, x - ref[inv]) / np.bincount(inv)
+    return x - mean[inv]
 
 
 # ============================================================================ shared
@@ -351,7 +366,7 @@ def sepo(
     w = {THINKER: s1 / (s1 + s2 + EPS), SOLVER: s2 / (s1 + s2 + EPS)}
     rewards = {}
     for role, wi in w.items():
-        bonus = group_advantages(wi, g, "none") if center else wi
+        bonus = group_center(wi, g) if center else wi
         rewards[role] = np.where(rv > 0, rv + lam_credit * bonus, rv - lam_blame * bonus)
     out = _credit(rewards, {k: group_advantages(v, g, scale) for k, v in rewards.items()}, rv, None)
     ratings = list(thinker_ratings) + list(solver_ratings)

@@ -84,3 +84,24 @@ def test_trainer_branch_points_normalise_over_model_tokens():
     rows, pos, omega = branch_points(["g"], stats1, _appo_kw(budget=1, omega_decay=0.0))
     assert omega[0].tolist() == [approx(0.9), approx(1.0), approx(1.1), 1.0]
     assert (rows.tolist(), pos.tolist()) == ([0], [0])
+
+
+# ============================================================================ 5. SEPO, group of one
+def test_sepo_group_of_one_gets_no_bonus():
+    from agentrl.credit.collab import sepo
+
+    # groups [0 | 1, 1], R_ver [+1 | +1, -1], eta 0.3, lambda_credit = lambda_blame = 0.2
+    # rollout 0 (alone): Thinker rates (.7, .3), Solver (.4, .6): s1 = .3*.7 + .7*.4 = .49,
+    #   s2 = .3*.6 + .7*.3 = .39, w1 = .49/.88 = .556818. Its group mean is itself: bonus = 0,
+    #   r1 = r2 = 1 exactly (the old code centred with a mean of 0 here: r1 = 1 + .2*.556818 = 1.111364).
+    # rollouts 1, 2: s1 = [.49, .29] (rollout 2: Thinker (.5, .5), Solver (.2, .8): .3*.5 + .7*.2),
+    #   s2 = [.39, .59], w1 = [.556818, .329545], mean .443182 -> bonus1 = [+.113636, -.113636]
+    #   r1 = [1 + .2*.113636, -1 - .2*(-.113636)] = [1.022727, -.977273]; bonus2 = -bonus1
+    #   r2 = [.977273, -1.022727]
+    t = [(0.7, 0.3), (0.7, 0.3), (0.5, 0.5)]
+    s = [(0.4, 0.6), (0.4, 0.6), (0.2, 0.8)]
+    c = sepo([1, 1, -1], [0, 1, 1], t, s)
+    assert c.rewards["thinker"].tolist() == [1.0, approx(1.022727), approx(-0.977273)]
+    assert c.rewards["solver"].tolist() == [1.0, approx(0.977273), approx(-1.022727)]
+    # advantages keep the authors' group-of-one rule (mean 0, std 1): 1 / (1 + 1e-6)
+    assert c.advantages["thinker"][0] == approx(1 / (1 + 1e-6))
