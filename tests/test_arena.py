@@ -69,6 +69,34 @@ def test_estimator_row_paired_against_baseline():
     assert verdict({**row, "diff_se_seeds": 15.0}, False) == "not resolved"
 
 
+def test_summary_best_auc_and_resolved_verdicts_by_hand():
+    # Baseline finals 30 (seed 0) and 20 (seed 1), warm start 20, steps 10 and 20.
+    # "up": curves [60, 50] and [45, 44]: best is the peak, not the final (nor the minimum).
+    #   best 60, 45: mean 52.5, s.e. stdev/sqrt(2) = 10.607/1.414 = 7.5
+    #   AUC seed 0: (20+60)/2*10 + (60+50)/2*10 = 950 / 20 = 47.5; seed 1: 325 + 445 = 770 / 20 = 38.5
+    #   -> mean 43, s.e. 6.364/1.414 = 4.5
+    #   diffs 50-30 = 20, 44-20 = 24: mean 22, s.e. 2.828/1.414 = 2; 22 > 2 * 2: better
+    # "down": curves [10, 8] and [5, 0]: best 10, 5 -> 7.5, s.e. 2.5; diffs -22, -20: mean -21, s.e. 1: worse
+    # "near": curves [40, 35] and [10, 15]: diffs 5, -5: mean 0, s.e. 5: not resolved
+    from agentrl.arena_stats import summarize
+
+    wins = [True, False, False, False]
+    results = [_run("grpo", 0, [25.0, 30.0], wins), _run("grpo", 1, [20.0, 20.0], wins),
+               _run("up", 0, [60.0, 50.0], wins), _run("up", 1, [45.0, 44.0], wins),
+               _run("down", 0, [10.0, 8.0], wins), _run("down", 1, [5.0, 0.0], wins),
+               _run("near", 0, [40.0, 35.0], wins), _run("near", 1, [10.0, 15.0], wins)]
+    s = summarize(results, {"success": 20.0}, ["grpo", "up", "down", "near"], [0, 1], "grpo", 35.0, 20)
+    up, down, near = (s["estimators"][k] for k in ("up", "down", "near"))
+    assert (up["best"], up["best_se"]) == pytest.approx((52.5, 7.5))
+    assert (up["auc"], up["auc_se"]) == pytest.approx((43.0, 4.5))
+    assert (up["diff_to_baseline"], up["diff_se_seeds"]) == pytest.approx((22.0, 2.0))
+    assert (down["best"], down["best_se"]) == pytest.approx((7.5, 2.5))
+    assert (down["diff_to_baseline"], down["diff_se_seeds"]) == pytest.approx((-21.0, 1.0))
+    assert [s["estimators"][k]["verdict"] for k in ("grpo", "up", "down", "near")] == [
+        "baseline", "better", "worse", "not resolved"]
+    assert near["diff_se_seeds"] == pytest.approx(5.0)
+
+
 def test_parse_contenders_and_seeds():
     cs = parse_contenders("grpo,bigpo:embedder=hash_ngram:eps=0.1")
     assert [c.credit for c in cs] == ["grpo", "bigpo"]

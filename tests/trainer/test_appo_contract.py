@@ -97,6 +97,30 @@ def test_off_policy_loss_uses_the_future_weight(appo_trainer):
     assert w[0, 0] == pytest.approx(1.2) and w[0, 2] == pytest.approx(r, abs=1e-5)
 
 
+def test_future_kl_skips_the_tool_token(appo_trainer):
+    # The tool token (row 0, position 1) gets its own Delta, 0.9 (under log 3, so only the mask can
+    # keep it out of the sum); the model tokens get 0.05, so no weight reaches the 1.2 clip:
+    #   row 0: t0 = 0.05 + gamma^2 * 0.05 = 0.098929 -> f = e^. = 1.103987 (with the tool token:
+    #          0.05 + gamma * 0.9 + gamma^2 * 0.05 = 0.989 -> 2.689, clipped to 1.2); t2 = 0.05 -> 1.051271
+    #   row 1: t0 = 0.05 + gamma * 0.05 = 0.099461 -> 1.104576;                      t1 = 0.05 -> 1.051271
+    # ratio r = e^0.05 = 1.051271 on the model tokens (inside [0.8, 1.2]); A~ = A (1 + f):
+    #   0.5 * 2.103987 = 1.051994, 0.5 * 2.051271 = 1.025636, -2 * 2.104576 = -4.209152, -2 * 2.051271 = -4.102542
+    # loss = -r * (sum = -6.234065) / 4 = 1.638423 (1.625806 if the tool token were summed)
+    tr = appo_trainer
+    inputs = _batch()
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    with torch.no_grad():
+        logps = tr._get_per_token_logps_and_entropies(tr.model, ids, att, 3)[0]
+    delta = torch.tensor([[0.05, 0.9, 0.05], [0.05, 0.05, 0.0]])
+    inputs["old_per_token_logps"] = logps - delta
+    loss = tr._compute_loss(tr.model, inputs)
+    w = tr.last_future["weight"]
+    assert w[0, 0] == pytest.approx(1.103987, abs=1e-5) and w[1, 0] == pytest.approx(1.104576, abs=1e-5)
+    assert w[0, 2] == w[1, 1] == pytest.approx(1.051271, abs=1e-5)
+    assert loss.item() == pytest.approx(1.638423, abs=1e-4)
+
+
 def test_b_zero_leaves_trls_loss_alone(appo_trainer):
     tr = appo_trainer
     old = dict(tr.appo_kwargs)
