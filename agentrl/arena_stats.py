@@ -204,3 +204,42 @@ def write_outputs(summary: dict[str, Any], out: Path) -> None:
     (out / "arena.json").write_text(json.dumps(summary, indent=2, default=lambda x: None))
     (out / "arena.md").write_text(markdown(summary))
     plot(summary, out)
+
+
+def normal_p(d: float, se: float | None) -> float:
+    """Two-sided p-value of a difference ``d`` with standard error ``se`` (normal approximation;
+    1.0 where there is no s.e. and d is 0, 0.0 where the s.e. is 0 and d is not)."""
+    if se is None or math.isnan(d):
+        return float("nan")
+    if se == 0:
+        return 1.0 if d == 0 else 0.0
+    return math.erfc(abs(d / se) / math.sqrt(2))
+
+
+def holm(pvalues: dict[str, float]) -> dict[str, float]:
+    """Holm-Bonferroni adjusted p-values of m simultaneous comparisons: sorted ascending, the
+    i-th smallest (1-based) becomes max over j <= i of min(1, (m - j + 1) p_(j)). NaN stays NaN
+    and is not counted in m."""
+    valid = sorted((p, k) for k, p in pvalues.items() if not math.isnan(p))
+    m, out, running = len(valid), {k: float("nan") for k in pvalues}, 0.0
+    for i, (p, k) in enumerate(valid):
+        running = max(running, min(1.0, (m - i) * p))
+        out[k] = running
+    return out
+
+
+def holm_verdicts(diffs: dict[str, tuple[float, float | None]], alpha: float = 0.05) -> dict[str, tuple[str, float]]:
+    """``{label: (difference, s.e.)}`` -> ``{label: (verdict, Holm-adjusted p)}``: ``better`` or
+    ``worse`` when the adjusted p is below ``alpha``, else ``not resolved`` (``n/a`` without an
+    s.e.)."""
+    adj = holm({k: normal_p(d, se) for k, (d, se) in diffs.items()})
+    out = {}
+    for k, (d, _) in diffs.items():
+        p = adj[k]
+        if math.isnan(p):
+            out[k] = ("n/a", p)
+        elif p < alpha:
+            out[k] = ("better" if d > 0 else "worse", p)
+        else:
+            out[k] = ("not resolved", p)
+    return out

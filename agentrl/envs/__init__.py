@@ -23,6 +23,8 @@ ENV_SPECS = {
     "agentrl/SWE-v0": ("agentrl.envs.swe:SWEEnv", 30),
     "agentrl/ToolReason-v0": ("agentrl.envs.toolreason:ToolReasonEnv", 8),  # ends itself at max_turns
     "agentrl/MathAnswer-v0": ("agentrl.envs.math_answer:MathAnswerEnv", 1),  # one graded answer (CCPO/SEPO)
+    # a generated finite MDP with known dynamics (agentrl.truth); it ends itself at its horizon
+    "agentrl/FiniteMDP-v0": ("agentrl.envs.mdp:FiniteMDPEnv", 50),
 }
 
 for _id, (_entry, _steps) in ENV_SPECS.items():

@@ -1,0 +1,126 @@
+"""The truth on a finite MDP: a tabular softmax policy, its values Q^pi / V^pi / A^pi by dynamic
+programming, its state occupancy, J and the exact policy gradient dJ/dtheta.
+
+Finite horizon H, episodes start at a task's start state (tasks uniform), so the objective is
+J(theta) = mean_k V^pi_0(root_k), and the values depend on the step t:
+
+    Q_t(s, a) = r(s, a) + gamma * E[V_{t+1}(s')],   V_t(s) = sum_a pi(a|s) Q_t(s, a),   V_H = 0
+    A_t(s, a) = Q_t(s, a) - V_t(s)
+
+The policy gradient theorem for a finite horizon (d_t(s): the probability that the episode is
+still running at step t in state s) with pi = softmax(theta / T):
+
+    dJ / dtheta[s, b] = sum_t d_t(s) sum_a pi(a|s) A_t(s, a) dlog pi(a|s)/dtheta[s, b]
+                      = sum_t d_t(s) pi(b|s) A_t(s, b) / T        (since sum_a pi A_t = 0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from agentrl.envs.mdp import FiniteMDP
+
+
+@dataclass
+class TabularPolicy:
+    """pi(a|s) = softmax(logits[s] / temperature) over every non-terminal state's action slots."""
+
+    logits: np.ndarray
+    """(S, A) float64."""
+    temperature: float = 1.0
+
+    @classmethod
+    def random(cls, mdp: FiniteMDP, seed: int, scale: float = 1.0, temperature: float = 1.0) -> TabularPolicy:
+        """Gaussian logits N(0, scale^2), seeded."""
+        rng = np.random.default_rng([int(seed), 0x504F4C])
+        return cls(scale * rng.standard_normal((mdp.n_states, mdp.n_actions)), float(temperature))
+
+    @property
+    def probs(self) -> np.ndarray:
+        z = self.logits / self.temperature
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def score(self, s: np.ndarray, a: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """sum_i weights_i * dlog pi(a_i|s_i)/dtheta as an (S, A) array: row s_i gets
+        w_i * (onehot(a_i) - pi(.|s_i)) / T."""
+        pi = self.probs
+        g = np.zeros_like(self.logits)
+        np.add.at(g, (s, a), weights)
+        w_by_state = np.bincount(s, weights=weights, minlength=len(pi))
+        g -= w_by_state[:, None] * pi
+        return g / self.temperature
+
+
+@dataclass
+class Truth:
+    """Exact quantities of one (MDP, policy) pair."""
+
+    Q: np.ndarray
+    """(H, S, A) Q_t(s, a)."""
+    V: np.ndarray
+    """(H + 1, S) V_t(s); V_H = 0 and V = 0 on terminal states."""
+    occupancy: np.ndarray
+    """(H, S) d_t(s): probability that the episode runs at step t in state s (tasks uniform)."""
+    J: float
+    """mean over tasks of V_0(root)."""
+    grad: np.ndarray
+    """(S, A) dJ/dlogits."""
+
+    @property
+    def A(self) -> np.ndarray:
+        """(H, S, A) A_t(s, a) = Q_t(s, a) - V_t(s)."""
+        return self.Q - self.V[:-1, :, None]
+
+
+def values(mdp: FiniteMDP, pi: np.ndarray, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Q^pi[t, s, a] and V^pi[t, s] by backward induction (see the module docstring)."""
+    H = mdp.config.horizon
+    V = np.zeros((H + 1, mdp.n_states))
+    Q = np.zeros((H, mdp.n_states, mdp.n_actions))
+    for t in range(H - 1, -1, -1):
+        Q[t] = mdp.backup(V[t + 1], gamma)
+        V[t] = np.where(mdp.terminal, 0.0, (pi * Q[t]).sum(-1))
+    return Q, V
+
+
+def occupancy(mdp: FiniteMDP, pi: np.ndarray) -> np.ndarray:
+    """d_t(s) for t < H: forward propagation from the uniform task start; terminal states absorb
+    (the episode is over there, so they carry no mass at later steps)."""
+    H, S = mdp.config.horizon, mdp.n_states
+    d = np.zeros((H, S))
+    d[0, mdp.roots] = 1.0 / len(mdp.roots)
+    live = ~mdp.terminal
+    for t in range(H - 1):
+        w = (d[t] * live)[:, None, None] * pi[:, :, None] * mdp.prob  # (S, A, K) mass per successor
+        nxt = np.bincount(mdp.succ.ravel(), weights=w.ravel(), minlength=S)
+        d[t + 1] = np.where(mdp.terminal, 0.0, nxt)
+    return d
+
+
+def objective(mdp: FiniteMDP, policy: TabularPolicy, gamma: float = 1.0) -> float:
+    """J = mean over tasks of V_0(root)."""
+    _, V = values(mdp, policy.probs, gamma)
+    return float(V[0, mdp.roots].mean())
+
+
+def truth(mdp: FiniteMDP, policy: TabularPolicy, gamma: float = 1.0) -> Truth:
+    """Every exact quantity of the module docstring for ``policy`` on ``mdp``.
+
+    With gamma < 1 the gradient is that of the discounted objective whose step-t rewards are
+    weighted gamma^t; the occupancy is then discounted by gamma^t too."""
+    pi = policy.probs
+    Q, V = values(mdp, pi, gamma)
+    d = occupancy(mdp, pi)
+    A = Q - V[:-1, :, None]
+    disc = gamma ** np.arange(mdp.config.horizon)
+    grad = (disc[:, None, None] * d[:, :, None] * pi[None] * A).sum(0) / policy.temperature
+    return Truth(Q, V, d, float(V[0, mdp.roots].mean()), grad)
+
+
+def optimal_objective(mdp: FiniteMDP, gamma: float = 1.0) -> float:
+    """J* = mean over tasks of the finite-horizon optimal V*_0(root)."""
+    return float(mdp.optimal(gamma)[1][0, mdp.roots].mean())

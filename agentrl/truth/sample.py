@@ -1,0 +1,102 @@
+"""Batches sampled as the trainer samples them: B tasks x G rollouts of the policy, each turn a
+step record carrying every field an estimator reads (text observation and action, reward with
+the invalid-action penalty, action token ids, fingerprint, RTMC signatures, history, won).
+
+Alongside the records, the true (t, state, action) of each record, so that every advantage can be
+scored against A^pi_t(s, a) and turned into a policy-gradient estimate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agentrl.envs.mdp import INVALID, FiniteMDP
+
+
+@dataclass
+class Sample:
+    """One batch: records in rollout-major order and the true indices behind each."""
+
+    records: list[dict[str, Any]]
+    s: np.ndarray
+    """State of each record."""
+    a: np.ndarray
+    """Action slot of each record."""
+    t: np.ndarray
+    """Step of each record."""
+    n_rollouts: int
+    success: np.ndarray
+    """Per rollout: reached a goal."""
+
+
+def _draw(cum: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Index drawn from each row's cumulative distribution ``cum`` with uniforms ``u``."""
+    return np.minimum((u[:, None] >= cum).sum(1), cum.shape[1] - 1)
+
+
+def rollouts(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Generator):
+    """Play one rollout per entry of ``tasks``: arrays (N, H) of states, actions, rewards, a mask
+    of the steps taken, and each rollout's final state. An episode ends on a terminal state or
+    after H steps."""
+    H, N = mdp.config.horizon, len(tasks)
+    S = np.full((N, H), -1, dtype=np.int64)
+    A = np.full((N, H), -1, dtype=np.int64)
+    R = np.zeros((N, H))
+    live = np.zeros((N, H), dtype=bool)
+    s = mdp.roots[tasks].copy()
+    alive = np.ones(N, dtype=bool)
+    cum_pi = np.cumsum(pi, axis=1)
+    for t in range(H):
+        idx = np.flatnonzero(alive)
+        if not len(idx):
+            break
+        st = s[idx]
+        a = _draw(cum_pi[st], rng.random(len(idx)))
+        k = _draw(np.cumsum(mdp.prob[st, a], axis=1), rng.random(len(idx)))
+        s2 = mdp.succ[st, a, k]
+        S[idx, t], A[idx, t], live[idx, t] = st, a, True
+        R[idx, t] = mdp.base_reward[st, a] + mdp.arrive_reward[s2]
+        s[idx] = s2
+        alive[idx] = ~mdp.terminal[s2]
+    return S, A, R, live, s
+
+
+def sample_batch(mdp: FiniteMDP, pi: np.ndarray, B: int, G: int, rng: np.random.Generator,
+                 fingerprints: bool = True) -> Sample:
+    """B tasks drawn uniformly (with replacement) x G rollouts each, as step records
+    (``fingerprints=False`` leaves the fingerprint out, for estimators that do not read it)."""
+    tasks = np.repeat(rng.integers(len(mdp.roots), size=B), G)
+    S, A, R, live, last = rollouts(mdp, pi, tasks, rng)
+    # observation noise has streams of its own: leaving fingerprints out changes nothing else
+    text_rng, fp_rng = (np.random.default_rng(x) for x in rng.integers(2**63, size=2))
+    records: list[dict[str, Any]] = []
+    ss, aa, tt = [], [], []
+    success = mdp.goal[last]
+    cfg = mdp.config
+    for j in range(len(tasks)):
+        L = int(live[j].sum())
+        won = bool(success[j])
+        gid, tid = f"g{j // G}", f"g{j // G}/{j % G}"
+        history: list[tuple[str, str]] = []
+        for t in range(L):
+            s, a = int(S[j, t]), int(A[j, t])
+            obs, act = mdp.render(s, text_rng), mdp.action_text[s][a]
+            invalid = mdp.kind[s, a] == INVALID
+            records.append({
+                "group_id": gid, "traj_id": tid, "t": t, "obs": obs, "action": act,
+                "reward": float(R[j, t]), "done": t == L - 1, "truncated": t == L - 1 and L == cfg.horizon
+                and not mdp.terminal[S[j, t]],
+                "action_token_ids": list(mdp.action_tokens[s][a]),
+                "fingerprint": mdp.fingerprint(s, fp_rng) if fingerprints else None,
+                "state_sig": f"s{s}", "action_sig": act, "history": list(history), "task_family": "mdp",
+                "won": won, "valid": not invalid, "penalty": cfg.penalty if invalid else 0.0,
+            })
+            history.append((obs, act))
+            ss.append(s)
+            aa.append(a)
+            tt.append(t)
+    return Sample(records, np.array(ss, dtype=np.int64), np.array(aa, dtype=np.int64),
+                  np.array(tt, dtype=np.int64), len(tasks), success)
+

@@ -1,0 +1,197 @@
+"""Every credit estimator scored against the truth on the same sampled batches.
+
+For each batch (B tasks x G rollouts of a known tabular policy on a generated MDP) and each
+estimator:
+
+* ``corr``: Pearson correlation of the per-step advantages with A^pi_t(s, a) over the batch's
+  records (0 when the estimator's advantages are constant: they carry no ranking);
+* ``sign``: share of records with A^pi != 0 whose advantage has the same sign (0 counts as wrong);
+* ``cos``: cosine between the batch's policy-gradient estimate
+  g_hat = sum_i A_hat_i dlog pi(a_i|s_i)/dtheta and the exact dJ/dtheta;
+* ``bias``: cosine between the *mean* of g_hat over the batches of one MDP and dJ/dtheta (what
+  an infinite batch would give; 1 = unbiased direction).
+
+Replicates are MDP instances (seeds): each number is averaged per seed first, then reported as
+mean +- s.e. over seeds. ``grpo_equivalent`` is the headline: how many times GRPO's batch GRPO
+needs (gradients of m batches averaged, m = 1, 2, 4, ...) to reach this estimator's cosine at
+one batch, interpolated on log2 m.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agentrl.credit import Batch, available, compute, requirements, validate
+from agentrl.envs.mdp import FiniteMDP, MDPConfig, generate
+from agentrl.truth.exact import TabularPolicy, Truth, truth
+from agentrl.truth.sample import Sample, sample_batch
+
+VARIANTS = ("gigpo:episode_stats=steps:episode_singleton=raw", "bigpo:embedder=hash_ngram", "rtmc:std_norm=true")
+"""Settings of the authors' code (or a text-only fingerprint) raced beside the registered defaults."""
+GRPO_MULTIPLES = (1, 2, 4, 8, 16, 32)
+"""Batch multiples m at which GRPO's cosine is measured for ``grpo_equivalent``."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    """An estimator as raced: ``label`` (``name:key=value:...``), registered name and kwargs."""
+
+    label: str
+    name: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def kw(self) -> dict[str, Any]:
+        return dict(self.kwargs)
+
+
+def parse_contender(item: str) -> Contender:
+    """``"bigpo:embedder=hash_ngram:eps=0.1"`` -> Contender; values are YAML scalars; one-line
+    ValueError for an unknown estimator or kwarg."""
+    import yaml
+
+    name, *pairs = item.strip().split(":")
+    kw: dict[str, Any] = {}
+    for p in pairs:
+        k, eq, v = p.partition("=")
+        if not eq or not k:
+            raise ValueError(f"estimator {item!r}: kwargs are written name:key=value, got {p!r}")
+        kw[k] = yaml.safe_load(v)
+    validate(name, **kw)
+    return Contender(item.strip(), name, tuple(sorted(kw.items())))
+
+
+def default_contenders() -> list[str]:
+    """Every registered estimator that reads step records, then :data:`VARIANTS`."""
+    return [*available("step"), *VARIANTS]
+
+
+def not_runnable() -> dict[str, str]:
+    """Registered estimators that cannot run on step records, with the reason."""
+    return {n: "reads collaboration records (roles, counterfactual runs), not step records"
+            for n in available("collab")}
+
+
+# ============================================================================ per-batch scores
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation; 0 when either side is constant."""
+    sx, sy = x.std(), y.std()
+    if sx < 1e-12 or sy < 1e-12:
+        return 0.0
+    return float(np.mean((x - x.mean()) * (y - y.mean())) / (sx * sy))
+
+
+def sign_agreement(est: np.ndarray, true: np.ndarray, tol: float = 1e-9) -> float:
+    """Share of records with |true| > tol whose estimate has the same sign (a zero is wrong)."""
+    m = np.abs(true) > tol
+    if not m.any():
+        return float("nan")
+    return float(np.mean(np.sign(est[m]) == np.sign(true[m])))
+
+
+def cosine(u: np.ndarray, v: np.ndarray) -> float:
+    """Cosine of two flattened arrays; 0 when either is zero."""
+    nu, nv = float(np.linalg.norm(u)), float(np.linalg.norm(v))
+    if nu < 1e-300 or nv < 1e-300:
+        return 0.0
+    return float(np.dot(u.ravel(), v.ravel()) / (nu * nv))
+
+
+def gradient_estimate(policy: TabularPolicy, smp: Sample, adv: np.ndarray) -> np.ndarray:
+    """g_hat = sum_i A_hat_i dlog pi(a_i|s_i)/dtheta / (number of rollouts)."""
+    return policy.score(smp.s, smp.a, adv) / smp.n_rollouts
+
+
+def advantages(c: Contender, batch: Batch) -> np.ndarray:
+    return compute(c.name, batch, **c.kw).step_advantages
+
+
+def needs_fingerprint(contenders: list[Contender]) -> bool:
+    return any("fingerprint" in requirements(c.name, **c.kw) for c in contenders)
+
+
+# ============================================================================ one MDP instance
+@dataclass
+class SeedScores:
+    """One MDP seed's numbers: per (G, label) the means over its batches."""
+
+    seed: int
+    corr: dict[tuple[int, str], float] = field(default_factory=dict)
+    sign: dict[tuple[int, str], float] = field(default_factory=dict)
+    cos: dict[tuple[int, str], float] = field(default_factory=dict)
+    bias: dict[tuple[int, str], float] = field(default_factory=dict)
+    grpo_cos_by_m: dict[int, float] = field(default_factory=dict)
+
+
+def setting(cfg: MDPConfig, seed: int, init_scale: float, gamma: float) -> tuple[FiniteMDP, TabularPolicy, Truth]:
+    """The MDP instance, its seeded policy and their truth for ``seed``."""
+    mdp = generate(cfg, seed)
+    pol = TabularPolicy.random(mdp, seed, scale=init_scale)
+    return mdp, pol, truth(mdp, pol, gamma)
+
+
+def score_seed(cfg: MDPConfig, seed: int, contenders: list[Contender], batches: int, B: int, Gs: tuple[int, ...],
+               G_main: int, init_scale: float = 1.0, gamma: float = 1.0) -> SeedScores:
+    """Score every contender on ``batches`` batches for each G, plus GRPO's cosine at batch
+    multiples (``GRPO_MULTIPLES``) at ``G_main``."""
+    mdp, pol, tr = setting(cfg, seed, init_scale, gamma)
+    out = SeedScores(seed)
+    pi = pol.probs
+    for G in Gs:
+        rng = np.random.default_rng([seed, G, 0x53434F])
+        acc: dict[str, dict[str, list]] = {c.label: {"corr": [], "sign": [], "cos": [], "g": []} for c in contenders}
+        for _ in range(batches):
+            smp = sample_batch(mdp, pi, B, G, rng)
+            true_a = tr.A[smp.t, smp.s, smp.a]
+            batch = Batch.from_records(smp.records)
+            for c in contenders:
+                adv = advantages(c, batch)
+                g = gradient_estimate(pol, smp, adv)
+                a = acc[c.label]
+                a["corr"].append(pearson(adv, true_a))
+                a["sign"].append(sign_agreement(adv, true_a))
+                a["cos"].append(cosine(g, tr.grad))
+                a["g"].append(g)
+        for lab, a in acc.items():
+            out.corr[(G, lab)] = float(np.mean(a["corr"]))
+            out.sign[(G, lab)] = float(np.nanmean(a["sign"])) if not np.isnan(a["sign"]).all() else float("nan")
+            out.cos[(G, lab)] = float(np.mean(a["cos"]))
+            out.bias[(G, lab)] = cosine(np.mean(a["g"], axis=0), tr.grad)
+    out.grpo_cos_by_m = grpo_cos_by_multiple(mdp, pol, tr, B, G_main, seed)
+    return out
+
+
+def grpo_cos_by_multiple(mdp: FiniteMDP, pol: TabularPolicy, tr: Truth, B: int, G: int, seed: int,
+                         multiples: tuple[int, ...] = GRPO_MULTIPLES) -> dict[int, float]:
+    """GRPO's mean cosine when the gradients of m independent batches are averaged (a batch of
+    m*B tasks: GRPO's statistics never cross groups, so this is exactly the bigger batch)."""
+    rng = np.random.default_rng([seed, G, 0x475250])
+    pool = max(multiples)
+    grads = []
+    for _ in range(pool):
+        smp = sample_batch(mdp, pol.probs, B, G, rng)
+        grads.append(gradient_estimate(pol, smp, compute("grpo", smp.records).step_advantages))
+    out = {}
+    for m in multiples:
+        sums = [np.mean(grads[i:i + m], axis=0) for i in range(0, pool - m + 1, m)]
+        out[m] = float(np.mean([cosine(g, tr.grad) for g in sums]))
+    return out
+
+
+def grpo_equivalent(cos: float, grpo_by_m: dict[int, float]) -> float | None:
+    """Batch multiple m at which GRPO's cosine reaches ``cos`` (linear in log2 m between the
+    measured multiples); ``m < 1`` (0.0) when GRPO's single batch already does better, None when
+    even the largest multiple does not reach it."""
+    ms = sorted(grpo_by_m)
+    ys = [grpo_by_m[m] for m in ms]
+    if cos <= ys[0]:
+        return 0.0
+    for (m0, y0), (m1, y1) in zip(zip(ms, ys, strict=True), zip(ms[1:], ys[1:], strict=True), strict=False):
+        if y0 < cos <= y1:
+            x0, x1 = math.log2(m0), math.log2(m1)
+            return float(2 ** (x0 + (cos - y0) / (y1 - y0) * (x1 - x0)))
+    return None
