@@ -23,10 +23,13 @@ Each module returns one reward and one advantage per rollout for each role.
     A_i = (r_i - mean_group(r_i)) / (std_group(r_i) + eps)     (App. C.2, within-prompt)
     Conventions the paper leaves open, fixed here as in the authors' v1 code: the first update
     sets mu and sigma^2 to the batch mean and (population) variance; sigma = sqrt(sigma^2), or
-    1 when sigma^2 <= 1e-6; during warm-up (no update yet, or fewer than ``min_samples``
-    values seen before this batch) z_x = x, the raw value. ``min_samples`` defaults to 50 (the
-    paper's Table 5); the authors' code used 10. The gate always uses the current statistics
-    (g = 0.5 before the first update). Defaults alpha = eta = 1, lam = 0.99 (Table 5).
+    1 when sigma^2 <= 1e-6. Warm-up (no update yet, or fewer than ``min_samples`` values seen
+    before this batch): the paper gives only the count ("min samples for normalization 50",
+    Table 5), not what the rewards are meanwhile. ``warmup="raw"`` (default, the authors' v1
+    code) returns the raw signals r_1 = Delta and r_2 = R_joint; ``warmup="shaped"`` keeps the
+    shaping and normalises nothing: r_1 = tanh(alpha Delta), r_2 = g R_joint + (1 - g) R_solo
+    with the current gate (g = 0.5 before the first update). ``min_samples`` defaults to 50
+    (Table 5); the authors' code used 10. Defaults alpha = eta = 1, lam = 0.99 (Table 5).
 
 ``ccpo_bonus`` (the authors' newer code, not in the paper)
     b = mean of the prompt's R_solo; bonus = +1 if R_joint > t and b < t, -1 if R_joint < t
@@ -74,6 +77,8 @@ EPS = 1e-6
 VAR_FLOOR = 1e-6
 """An EMA variance at or below this gives sigma = 1 (no scaling) instead of a near-zero divisor."""
 SCALES = ("std", "none")
+WARMUPS = ("raw", "shaped")
+"""CCPO's rewards while its statistics warm up: the raw signals (authors' code) or shaped ones."""
 
 
 @dataclass
@@ -224,17 +229,23 @@ def ccpo(
     lam: float = 0.99,
     min_samples: int = 50,
     scale: str = "std",
+    warmup: str = "raw",
 ) -> tuple[CollabCredit, CcpoState]:
     """CCPO's role rewards and advantages (App. C.2, see the module doc) and the new state.
 
     Pure: ``state`` is not modified; keep the returned state for the next batch.
     """
+    if warmup not in WARMUPS:
+        raise ValueError(f"ccpo: warmup={warmup!r} must be one of {', '.join(map(repr, WARMUPS))}")
     rj, g, rs = _arrays(group, r_joint, r_solo)
     state = state or CcpoState()
     delta = rj - rs
-    r1 = np.tanh(alpha * state.delta.z(delta, min_samples))
     gate = ccpo_gate(state.delta, eta)
-    r2 = gate * state.joint.z(rj, min_samples) + (1 - gate) * state.solo.z(rs, min_samples)
+    if warmup == "raw" and not state.delta.ready(min_samples):  # the authors' v1 code
+        r1, r2 = delta, rj.copy()
+    else:
+        r1 = np.tanh(alpha * state.delta.z(delta, min_samples))
+        r2 = gate * state.joint.z(rj, min_samples) + (1 - gate) * state.solo.z(rs, min_samples)
     new = CcpoState(
         state.delta.updated(delta, lam), state.joint.updated(rj, lam), state.solo.updated(rs, lam)
     )
@@ -490,6 +501,13 @@ PARAMS: dict[str, dict[str, Param]] = {
             50, "values seen before normalising (Table 5: 50; authors' code: 10)", "int", lo=0
         ),
         "scale": SCALE,
+        "warmup": Param(
+            "raw",
+            "rewards before min_samples values were seen: 'raw' r1 = Delta, r2 = R_joint (authors' v1 code; "
+            "the paper does not say) or 'shaped' r1 = tanh(alpha Delta), r2 = g R_joint + (1-g) R_solo",
+            "choice",
+            WARMUPS,
+        ),
     },
     "ccpo_bonus": {
         "weight": Param(

@@ -157,12 +157,12 @@ def shared_records(batch: Batch, gamma: float, scale: str) -> Out:
 @register("ccpo", {"gamma": GAMMA_UNUSED, **C.PARAMS["ccpo"], "state": STATE},
           "CCPO arXiv 2603.21563 Sec. 3.2, App. C.2 (EMA-normalised counterfactual credit)")
 def ccpo_records(batch: Batch, gamma: float, alpha: float, eta: float, lam: float, min_samples: int,
-                 scale: str, state: C.CcpoState | None) -> Out:
+                 scale: str, warmup: str, state: C.CcpoState | None) -> Out:
     del gamma
     v = collab_view(batch, "ccpo", need_solo=True)
     _two_roles(v, "ccpo")
     credit, new = C.ccpo(v.r_joint, v.r_solo, v.group, state, alpha=alpha, eta=eta, lam=lam,
-                         min_samples=min_samples, scale=scale)
+                         min_samples=min_samples, scale=scale, warmup=warmup)
     return _out(v, credit, state_diagnostics(new))
 
 

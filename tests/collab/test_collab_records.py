@@ -40,11 +40,11 @@ def test_ccpo_records_by_hand_and_state_through_diagnostics():
     recs = think_solve_records(RJ, RS, G)
     res = credit.compute("ccpo", recs)
     adv = res.step_advantages.reshape(4, 3)  # per collaboration: thinker, solver, solo
-    # warm-up (min_samples 50): z = raw values. Delta = [1, 0, 0, 1]; r1 = tanh(Delta):
-    # g0 [0.76, 0] -> A1 = [+R, -R]; g1 [0, 0.76] -> [-R, +R]
+    # warm-up (min_samples 50), the authors' raw signals: r1 = Delta = [1, 0, 0, 1]:
+    # g0 [1, 0] -> A1 = [+R, -R]; g1 [0, 1] -> [-R, +R]
     assert adv[:, 0] == pytest.approx([R, -R, -R, R], rel=1e-5)
-    # gate 0.5 before any update: r2 = (R_joint + R_solo) / 2 = g0 [0.5, 0], g1 [1, 0.5] -> [+R, -R, +R, -R]
-    assert adv[:, 1] == pytest.approx([R, -R, R, -R], rel=1e-5)
+    # r2 = R_joint = g0 [1, 0], g1 [1, 1] -> [+R, -R, 0, 0]
+    assert adv[:, 1] == pytest.approx([R, -R, 0, 0], rel=1e-5)
     assert (adv[:, 2] == 0).all()  # counterfactuals carry no advantage
     d = res.diagnostics
     assert d["r_joint_mean"] == 0.75 and d["r_solo_mean"] == 0.25

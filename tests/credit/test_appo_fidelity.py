@@ -105,3 +105,24 @@ def test_sepo_group_of_one_gets_no_bonus():
     assert c.rewards["solver"].tolist() == [1.0, approx(0.977273), approx(-1.022727)]
     # advantages keep the authors' group-of-one rule (mean 0, std 1): 1 / (1 + 1e-6)
     assert c.advantages["thinker"][0] == approx(1 / (1 + 1e-6))
+
+
+# ============================================================================ 4. CCPO warm-up
+def test_ccpo_warmup_default_is_the_authors_raw_signals():
+    from agentrl.credit.collab import ccpo
+
+    # one prompt of 3, a fresh state (no EMA update yet): R_joint [1, 0, 1], R_solo [0, 1, 1]
+    # -> Delta = [1, -1, 0]. Default (authors' v1 code): r1 = Delta, r2 = R_joint.
+    #   A1: mean 0, devs [1, -1, 0], sample std sqrt(2/2) = 1 -> [1, -1, 0] / (1 + 1e-6)
+    #   A2: R_joint mean 2/3, devs [1/3, -2/3, 1/3], sample var (1/9 + 4/9 + 1/9)/2 = 1/3,
+    #       std .577350 -> [.577349, -1.154699, .577349]
+    c, _ = ccpo([1, 0, 1], [0, 1, 1], [0, 0, 0])
+    assert c.rewards["thinker"].tolist() == [1.0, -1.0, 0.0]
+    assert c.rewards["solver"].tolist() == [1.0, 0.0, 1.0]
+    assert c.advantages["thinker"].tolist() == [approx(1.0), approx(-1.0), 0.0]
+    assert c.advantages["solver"].tolist() == [approx(0.577349), approx(-1.154699), approx(0.577349)]
+    # warmup="shaped" (this project's earlier form): r1 = tanh(Delta) = [.761594, -.761594, 0],
+    # r2 = .5 R_joint + .5 R_solo (gate sigmoid(0) before any update) = [.5, .5, 1]
+    s, _ = ccpo([1, 0, 1], [0, 1, 1], [0, 0, 0], warmup="shaped")
+    assert s.rewards["thinker"].tolist() == [approx(0.761594), approx(-0.761594), 0.0]
+    assert s.rewards["solver"].tolist() == [0.5, 0.5, 1.0]

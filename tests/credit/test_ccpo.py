@@ -78,15 +78,22 @@ B1 = dict(r_joint=[1, 0, 1, 1], r_solo=[0, 0, 1, 0], group=[0, 0, 1, 1])
 
 def test_ccpo_warmup_uses_raw_values():
     c, st = ccpo(**B1)
-    # warm-up (no update yet): z = raw values; r1 = tanh(Delta) = [tanh 1, 0, 0, tanh 1]
-    t1 = math.tanh(1.0)  # 0.761594
-    assert c.rewards["thinker"].tolist() == [approx(t1), 0.0, 0.0, approx(t1)]
-    # gate before any update: mu = 0 -> g = sigmoid(0) = 0.5; r2 = 0.5 R_joint + 0.5 R_solo
-    assert c.diagnostics["ccpo_gate"] == 0.5
-    assert c.rewards["solver"].tolist() == [0.5, 0.0, 1.0, 0.5]
-    # every group has two distinct values -> A = +-1/sqrt2 (t1/2 / (t1/sqrt2 + 1e-6))
+    # warm-up (no update yet), the authors' v1 code: r1 = Delta = [1, 0, 0, 1], r2 = R_joint = [1, 0, 1, 1]
+    assert c.rewards["thinker"].tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert c.rewards["solver"].tolist() == [1.0, 0.0, 1.0, 1.0]
+    assert c.diagnostics["ccpo_gate"] == 0.5  # reported, not used in the raw warm-up
+    # groups [1, 0] / [0, 1] -> A1 = +-1/sqrt2; A2: g0 [1, 0] -> +-1/sqrt2, g1 [1, 1] -> 0
     assert c.advantages["thinker"].tolist() == [approx(R2), approx(-R2), approx(-R2), approx(R2)]
-    assert c.advantages["solver"].tolist() == [approx(R2), approx(-R2), approx(R2), approx(-R2)]
+    assert c.advantages["solver"].tolist() == [approx(R2), approx(-R2), 0.0, 0.0]
+    # warmup="shaped": r1 = tanh(Delta) = [tanh 1, 0, 0, tanh 1]; gate before any update: mu = 0
+    # -> g = sigmoid(0) = 0.5; r2 = 0.5 R_joint + 0.5 R_solo
+    s, _ = ccpo(**B1, warmup="shaped")
+    t1 = math.tanh(1.0)  # 0.761594
+    assert s.rewards["thinker"].tolist() == [approx(t1), 0.0, 0.0, approx(t1)]
+    assert s.rewards["solver"].tolist() == [0.5, 0.0, 1.0, 0.5]
+    # every group has two distinct values -> A = +-1/sqrt2 (t1/2 / (t1/sqrt2 + 1e-6))
+    assert s.advantages["thinker"].tolist() == [approx(R2), approx(-R2), approx(-R2), approx(R2)]
+    assert s.advantages["solver"].tolist() == [approx(R2), approx(-R2), approx(R2), approx(-R2)]
     # the EMA is updated AFTER normalising: first update = batch mean and population variance
     # Delta [1,0,0,1]: mean .5, var .25; R_joint [1,0,1,1]: .75, .1875; R_solo [0,0,1,0]: .25, .1875
     assert st.delta == EmaStat(0.5, 0.25, 4, 1)
@@ -138,10 +145,14 @@ def test_ccpo_min_samples_warmup_counts_values_seen_before_the_batch():
     # default min_samples = 50 (Table 5): after 4 values the second batch is still raw
     _, st = ccpo(**B1)
     c, st2 = ccpo([1, 1, 0], [0, 1, 1], [7, 7, 7], st)
-    assert c.rewards["thinker"].tolist() == [approx(math.tanh(1)), 0.0, approx(math.tanh(-1))]
-    # ... but the gate already uses mu_Delta = .5, sigma_Delta = .5: sigmoid(0.999998)
+    assert c.rewards["thinker"].tolist() == [1.0, 0.0, -1.0]  # Delta
+    assert c.rewards["solver"].tolist() == [1.0, 1.0, 0.0]  # R_joint
+    # warmup="shaped": tanh(Delta), and the gate already uses mu_Delta = .5, sigma_Delta = .5:
+    # sigmoid(0.999998)
+    s, _ = ccpo([1, 1, 0], [0, 1, 1], [7, 7, 7], st, warmup="shaped")
+    assert s.rewards["thinker"].tolist() == [approx(math.tanh(1)), 0.0, approx(math.tanh(-1))]
     g = sig(0.5 / (0.5 + D))
-    assert c.rewards["solver"].tolist() == [
+    assert s.rewards["solver"].tolist() == [
         approx(g * 1 + (1 - g) * 0),
         approx(1.0),
         approx(g * 0 + (1 - g) * 1),
@@ -149,7 +160,7 @@ def test_ccpo_min_samples_warmup_counts_values_seen_before_the_batch():
     assert st2.delta.count == 7
     # authors' code: min_samples = 10 -> 4 + 3 = 7 seen, still raw on a third batch
     c3, _ = ccpo([1], [0], [0], st2, min_samples=10)
-    assert c3.rewards["thinker"].tolist() == [approx(math.tanh(1))]
+    assert c3.rewards["thinker"].tolist() == [1.0]
     c4, _ = ccpo([1], [0], [0], st2, min_samples=7)
     assert c4.diagnostics["ccpo_normalised"] == 1.0
 
@@ -318,7 +329,8 @@ def test_thought_fractions():
 
 
 def test_resolve_kwargs():
-    assert resolve("ccpo", {}) == {"alpha": 1.0, "eta": 1.0, "lam": 0.99, "min_samples": 50, "scale": "std"}
+    assert resolve("ccpo", {}) == {"alpha": 1.0, "eta": 1.0, "lam": 0.99, "min_samples": 50, "scale": "std",
+                                   "warmup": "raw"}
     assert resolve("sepo", {"eta": 0.5})["eta"] == 0.5
     assert resolve("ccpo_bonus", {})["scale"] == "none"
     with pytest.raises(
