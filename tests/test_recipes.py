@@ -13,6 +13,16 @@ from agentrl.config import load_recipe
 REPO = Path(__file__).resolve().parent.parent
 # files named _*.yaml are base recipes: fragments that the recipes name with `base:`
 RECIPES = sorted(p.relative_to(REPO) for p in (REPO / "recipes").rglob("*.yaml") if not p.name.startswith("_"))
+# one headline run per paper at the top of recipes/ (`accelerate launch recipes/alfworld_bipace.yaml`):
+# the paper recipe it is based on, with its own output_dir
+HEADLINE = {
+    "recipes/alfworld_bipace.yaml": "recipes/bipace/alfworld_bipace_q_7b.yaml",
+    "recipes/textcraft_bipace.yaml": "recipes/bipace/textcraft_bipace_q_7b.yaml",
+    "recipes/webshop_salt.yaml": "recipes/salt/webshop_grpo_salt_7b.yaml",
+    "recipes/swe_rtmc.yaml": "recipes/rtmc/swe_rtmc.yaml",
+    "recipes/toolreason_appo.yaml": "recipes/appo/table1_qwen7b_appo.yaml",
+    "recipes/math_ccpo.yaml": "recipes/ccpo/t1_grpo_ccpo_qwen2.5_1.5b.yaml",
+}
 HAVE_ALFWORLD = importlib.util.find_spec("alfworld") is not None
 
 
@@ -29,9 +39,34 @@ def _params():
         marks = []
         if "alfworld" in r.name and not HAVE_ALFWORLD:
             marks.append(pytest.mark.skip(reason="the alfworld extra is not installed"))
-        if _hub_datasets(r):  # tests/collab/test_ccpo_recipes.py validates them on local fixtures
-            marks.append(pytest.mark.skip(reason="trains on hub datasets (validated with hub access)"))
         yield pytest.param(r, marks=marks, id=str(r))
+
+
+# The hub datasets the CCPO recipes name, as (id, config, split) -> a local fixture in the same
+# column schema (tests/fixtures/math). No test here reaches the hub: a recipe's datasets are read
+# through this table, and an id it does not hold fails as the hub would.
+FIX = REPO / "tests" / "fixtures" / "math"
+HUB = {("DigitalLearningGmbH/MATH-lighteval", None, "train"): FIX / "math_train.jsonl",
+       ("HuggingFaceH4/MATH-500", None, "test"): FIX / "math500.parquet"}
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """``datasets.load_dataset`` served from ``HUB``; the list of (id, config, split) asked for."""
+    import datasets
+
+    from agentrl.tasks.benchmarks import read_rows
+
+    asked = []
+
+    def load_dataset(hub_id, config=None, split=None):
+        asked.append((hub_id, config, split))
+        if (hub_id, config, split) not in HUB:
+            raise FileNotFoundError(f"no dataset {hub_id!r} (config {config}, split {split}) on the hub")
+        return read_rows(str(HUB[hub_id, config, split]))
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return asked
 
 
 @pytest.fixture(autouse=True)
@@ -43,13 +78,32 @@ def _in_repo(monkeypatch):
 
 
 @pytest.mark.parametrize("recipe", list(_params()))
-def test_recipe_validates(recipe):
+def test_recipe_validates(recipe, hub):
     # the demo/tiny recipes name a folder that the demo or a test builds first: validate everything
-    # else in them against the embedded model
+    # else in them against the embedded model; the CCPO recipes' hub datasets come from ``hub``
     builds_model = recipe.name.startswith("demo_") or "tiny" in recipe.name
     cfg = load_recipe(str(recipe), ["--model_name_or_path", "smollm2"] if builds_model else [])
     assert cfg.env_id.startswith("agentrl/")
     assert cfg.accelerate_config and (REPO / cfg.accelerate_config).is_file()
+
+
+def test_hub_recipes_read_the_papers_datasets(hub):
+    """Every recipe that trains on hub data reads MATH's 7.5k training split for training and
+    MATH-500 for validation (arXiv 2603.21563, Sec. 5), by the ids the hub knows them by."""
+    import gymnasium as gym
+
+    from agentrl.recipe_file import read_recipe_file
+
+    hub_recipes = [r for r in RECIPES if _hub_datasets(r)]
+    assert len(hub_recipes) == 13  # recipes/ccpo: Table 1 (4), Table 2 (6), Table 3 (3)
+    for r in hub_recipes:
+        cfg = read_recipe_file(REPO / r)
+        env = gym.make(cfg["env_id"], **cfg["env_kwargs"])
+        hub.clear()
+        for split in ("train", "valid"):
+            env.reset(seed=0, options={"split": split})
+        assert hub == [("DigitalLearningGmbH/MATH-lighteval", None, "train"), ("HuggingFaceH4/MATH-500", None, "test")], r
+        env.close()
 
 
 def test_recipe_sets_are_complete():
@@ -108,9 +162,9 @@ def test_recipes_resolve_as_the_flat_files_did():
 
     before = json.loads((REPO / "tests" / "recipes_resolved.json").read_text())
     written_after = ("recipes/ccpo/",)  # recipe sets that never had flat files
-    assert sorted(before) == [str(r) for r in RECIPES if not str(r).startswith(written_after)]
+    assert sorted(before) == [str(r) for r in RECIPES if not str(r).startswith(written_after) and str(r) not in HEADLINE]
     for r in RECIPES:
-        if str(r).startswith(written_after):
+        if str(r).startswith(written_after) or str(r) in HEADLINE:  # test_headline_recipes
             continue
         if str(r) == "recipes/demo_tiny.yaml":
             continue  # retuned since: its RL settings are the demo's (README, "The demo")
@@ -147,7 +201,24 @@ def test_recipes_say_what_differs():
             used.add(p)
             raw = yaml.safe_load(p.read_text())
         assert read_recipe_file(REPO / r)  # the chain resolves
-    assert bases == used  # no orphan base
+    assert bases == {p for p in used if p.name.startswith("_")}  # no orphan base
+    assert {str(p.relative_to(REPO)) for p in used - bases} == set(HEADLINE.values())
+
+
+def test_headline_recipes():
+    from agentrl.recipe_file import read_recipe_file
+
+    top = {str(r) for r in RECIPES if r.parent == Path("recipes")}
+    assert set(HEADLINE) <= top
+    for head, paper in HEADLINE.items():
+        got, want = read_recipe_file(REPO / head), read_recipe_file(REPO / paper)
+        assert got.pop("output_dir") == "runs/" + Path(head).stem
+        want.pop("output_dir")
+        assert got == want, head
+    card = load_recipe("recipes/alfworld_bipace.yaml", [])  # the card: BiPACE_Q, ALFWorld, 7B, ZeRO-3 on 4 GPUs
+    assert (card.credit, card.env_id, card.model_name_or_path) == ("bipace_q", "agentrl/ALFWorld-v0",
+                                                                   "Qwen/Qwen2.5-7B-Instruct")
+    assert card.accelerate_config == "accelerate_configs/zero3.yaml"
     # alfworld_bipace_q_7b differs from its base by a few lines, not the 30 it used to repeat
     body = [ln for ln in (REPO / "recipes/bipace/alfworld_bipace_q_7b.yaml").read_text().splitlines()
             if ln.strip() and not ln.startswith("#")]

@@ -1,0 +1,125 @@
+"""`accelerate launch RECIPE.yaml` trains the recipe (agentrl/recipe_hook.py): real launches of the
+repo's tiny CPU recipe on one and two processes, and the launch-settings decisions.
+
+Runtime: ~20 s for one process, ~50 s for the re-launch on two.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentrl import recipe_hook
+
+REPO = Path(__file__).resolve().parent.parent.parent
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch"]
+TINY = "recipes/textcraft_grpo_tiny_cpu.yaml"
+
+
+def _env(tmp_path, **kw):
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", WANDB_MODE="offline",
+               HF_HOME=str(tmp_path / "hf"))  # no default config from `accelerate config`
+    env.pop("AGENTRL_RECIPE_RELAUNCHED", None)
+    env.update(kw)
+    return env
+
+
+def _episodes(out: Path) -> float:
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return next(r["env/episodes"] for r in rows if "env/episodes" in r)
+
+
+def test_hook_is_installed():
+    pth = Path(sysconfig.get_path("purelib")) / recipe_hook.PTH_NAME
+    assert pth.is_file(), "run `make setup` (or python -m agentrl.recipe_hook install)"
+    assert pth.read_text() == recipe_hook.PTH_LINE
+
+
+def test_accelerate_launch_recipe_one_process(tmp_path, tiny_model_dir):
+    out = tmp_path / "run"
+    r = subprocess.run([*ACCELERATE, "--num_processes", "1", TINY, "--model_name_or_path", tiny_model_dir,
+                        "--output_dir", str(out), "--max_steps", "1"],
+                       cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (out / "model.safetensors").is_file() and (out / "checkpoint-1" / "trainer_state.json").is_file()
+    assert _episodes(out) == 8  # 2 tasks x 4 rollouts on one process
+    assert "agentrl: " not in r.stderr  # the launch matches the recipe's cpu.yaml: nothing to say
+
+
+def test_accelerate_launch_relaunches_under_the_recipes_config(tmp_path, tiny_model_dir):
+    # a recipe whose accelerate config asks for 2 processes, launched as the card says (no flags)
+    two = tmp_path / "two_cpu.yaml"
+    two.write_text(yaml.safe_dump({"compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU",
+                                   "num_machines": 1, "num_processes": 2, "machine_rank": 0,
+                                   "mixed_precision": "no", "use_cpu": False, "main_training_function": "main"}))
+    rec = tmp_path / "two.yaml"
+    rec.write_text(yaml.safe_dump({"base": str(REPO / TINY), "accelerate_config": str(two),
+                                   "model_name_or_path": tiny_model_dir, "max_steps": 1,
+                                   "output_dir": str(tmp_path / "run")}))
+    r = subprocess.run([*ACCELERATE, str(rec)], cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
+                       timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "re-launching under the recipe's accelerate_config" in r.stderr
+    assert _episodes(tmp_path / "run") == 16  # both ranks' episodes in the global batch
+
+
+def test_python_runs_only_agentrl_recipes(tmp_path):
+    other = tmp_path / "other.yaml"
+    other.write_text("x: 1\n")  # valid YAML, and valid Python (an annotation): not a recipe
+    r = subprocess.run([sys.executable, str(other)], env=_env(tmp_path), capture_output=True, text=True)
+    assert (r.returncode, r.stderr) == (0, "")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env_id: agentrl/TextCraft-v0\nenv_id: again\n")
+    r = subprocess.run([sys.executable, str(bad)], env=_env(tmp_path), capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"agentrl: {bad}: key 'env_id' is given twice (line 2)"]
+
+
+def _plan(monkeypatch, tmp_path, recipe, parent, **env):
+    from agentrl.recipe_file import read_recipe_file
+
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+              "AGENTRL_RECIPE_RELAUNCHED"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(REPO)
+    return recipe_hook.plan(recipe, read_recipe_file(REPO / recipe), [], parent)
+
+
+def test_card_command_relaunches_under_zero3(monkeypatch, tmp_path, capsys):
+    card = "recipes/alfworld_bipace.yaml"
+    launcher = [sys.executable, str(Path(sys.executable).parent / "accelerate"), "launch", card]
+    action, cmd = _plan(monkeypatch, tmp_path, card, launcher)
+    assert action == "relaunch" and Path(cmd[cmd.index("--config_file") + 1]).resolve() == REPO / "accelerate_configs/zero3.yaml"
+    assert "--main_process_port" not in cmd  # one process started: no rendezvous to avoid
+    assert "(4 processes, DeepSpeed ZeRO-3)" in capsys.readouterr().err
+    # unconfigured multi-GPU default (accelerate picks every GPU, plain DDP): rank 0 re-launches
+    action, cmd = _plan(monkeypatch, tmp_path, card, launcher, WORLD_SIZE="4", RANK="0")
+    assert action == "relaunch" and "--main_process_port" in cmd
+    assert _plan(monkeypatch, tmp_path, card, launcher, WORLD_SIZE="4", RANK="2") == ("exit", None)
+    # the recipe's own launch: train
+    assert _plan(monkeypatch, tmp_path, card, launcher, WORLD_SIZE="4", ACCELERATE_USE_DEEPSPEED="true",
+                 ACCELERATE_DEEPSPEED_ZERO_STAGE="3") == ("train", None)
+
+
+@pytest.mark.parametrize("flags", [["--num_processes", "1"], ["--config_file", "x.yaml"], ["--multi-gpu"]])
+def test_a_launch_the_user_chose_wins_with_one_line(monkeypatch, tmp_path, capsys, flags):
+    card = "recipes/alfworld_bipace.yaml"
+    launcher = [sys.executable, "/usr/bin/accelerate", "launch", *flags, card]
+    assert _plan(monkeypatch, tmp_path, card, launcher) == ("train", None)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "launched as 1 process, no DeepSpeed" in err[0] and "4 processes" in err[0]
+
+
+def test_default_accelerate_config_counts_as_chosen(monkeypatch, tmp_path, capsys):
+    (tmp_path / "hf" / "accelerate").mkdir(parents=True)
+    (tmp_path / "hf" / "accelerate" / "default_config.yaml").write_text("num_processes: 1\n")
+    card = "recipes/alfworld_bipace.yaml"
+    assert _plan(monkeypatch, tmp_path, card, ["python", "accelerate", "launch", card]) == ("train", None)
+    assert "training as launched" in capsys.readouterr().err
