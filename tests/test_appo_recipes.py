@@ -35,6 +35,9 @@ def test_appo_authors_hyperparameters():
     c = load_recipe("recipes/appo/table1_qwen7b_appo.yaml", [])
     # lr 1e-6, KL 0.001, clip 0.2 / 0.28, temperature 1, 3 tool calls, 2048 + 6144 tokens
     assert (c.learning_rate, c.beta, c.epsilon, c.epsilon_high, c.temperature) == (1e-6, 0.001, 0.2, 0.28, 1.0)
+    # the dual clip of the authors' verl runs (clip_ratio_c = 3): TRL clamps the ratio at delta,
+    # which binds only where A < 0 (for A > 0 the 1.28 clip already caps the objective)
+    assert c.delta == 3.0
     assert c.env_kwargs["tool_call_limit"] == 3 and c.max_prompt_tokens == 8192
     assert (c.context_mode, c.prefill, c.model_name_or_path) == ("trajectory", "", "Qwen/Qwen2.5-7B-Instruct")
     # n = 16 rows per prompt: N = 8 initial + a per-prompt pool of 8 branch points, strict, summed
@@ -49,7 +52,7 @@ def test_appo_authors_hyperparameters():
     for n, b in ((8, 1), (4, 3), (2, 7)):  # Table 3: N x B with N + N B = 16
         c = load_recipe(f"recipes/appo/table3_qwen7b_n{n}_b{b}.yaml", [])
         assert (c.num_generations, c.credit_kwargs["budget"], c.credit_kwargs["scope"]) == (n, b, "rollout")
-        assert n + n * b == 16 and _prompts_per_batch(c) == 96
+        assert n + n * b == 16 and _prompts_per_batch(c) == 96 and c.delta == 3.0
     ab = {a: load_recipe(f"recipes/appo/table4_qwen7b_{a}.yaml", []).credit_kwargs
           for a in ("entropy_only", "no_future", "no_dual_group")}
     assert ab["entropy_only"]["score"] == "entropy" and ab["no_future"]["b"] == 0.0

@@ -381,17 +381,24 @@ def future_weight(fkl, clip_eps: float = 0.2, high_only: bool = True, clamp: flo
     return np.clip(np.exp(np.clip(np.asarray(fkl, dtype=float), -clamp, clamp)), low, 1.0 + clip_eps)
 
 
-def future_aware_advantages(adv, weight, ratio=None, b: float = 1.0, safety_ratio: float | None = 6.0,
-                            safety_range: tuple[float, float] = (0.8, 1.0)) -> np.ndarray:
-    """A~ = A (1 + b f) (Eq. 7). Where A < 0 and the token's ratio > ``safety_ratio``, f is first
-    clamped to ``safety_range`` (the code's safety clamp; ``ratio=None`` or ``safety_ratio=None``
-    turns it off)."""
+def safe_future_weight(adv, weight, ratio=None, safety_ratio: float | None = 6.0,
+                       safety_range: tuple[float, float] = (0.8, 1.0)) -> np.ndarray:
+    """The weight f that Eq. 7 actually uses: where A < 0 and the token's ratio > ``safety_ratio``,
+    f is clamped to ``safety_range`` (the code's safety clamp; ``ratio=None`` or
+    ``safety_ratio=None`` turns it off). Diagnostics report this f, not the unclamped one."""
     a = np.asarray(adv, dtype=float)
     f = np.broadcast_to(np.asarray(weight, dtype=float), a.shape)
-    if ratio is not None and safety_ratio is not None:
-        risky = (a < 0) & (np.asarray(ratio, dtype=float) > safety_ratio)
-        f = np.where(risky, np.clip(f, *safety_range), f)
-    return a * (1.0 + b * f)
+    if ratio is None or safety_ratio is None:
+        return f.copy()
+    risky = (a < 0) & (np.asarray(ratio, dtype=float) > safety_ratio)
+    return np.where(risky, np.clip(f, *safety_range), f)
+
+
+def future_aware_advantages(adv, weight, ratio=None, b: float = 1.0, safety_ratio: float | None = 6.0,
+                            safety_range: tuple[float, float] = (0.8, 1.0)) -> np.ndarray:
+    """A~ = A (1 + b f) (Eq. 7), f after the safety clamp (``safe_future_weight``)."""
+    a = np.asarray(adv, dtype=float)
+    return a * (1.0 + b * safe_future_weight(a, weight, ratio, safety_ratio, safety_range))
 
 
 # ============================================================================ diagnostics

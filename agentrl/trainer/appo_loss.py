@@ -34,7 +34,8 @@ class FutureAwareLoss:
 
     The subclass sets ``appo_kwargs`` (the resolved ``appo`` credit kwargs: ``b``, ``decay``,
     ``clip_eps``, ``high_only``, ``safety_ratio``). ``last_future`` keeps the latest micro-batch's
-    inputs and outputs of the weight (numpy), for tests and tools.
+    inputs and outputs of the weight (numpy), for tests and tools; its ``weight`` and the
+    ``appo/future_weight_*`` metrics are f after the safety clamp, the f the loss used.
     """
 
     appo_kwargs: dict[str, Any]
@@ -72,9 +73,11 @@ class FutureAwareLoss:
         old = lp if old_t is None else old_t.detach().float().cpu().numpy()
         m = mask.detach().cpu().numpy().astype(bool)
         fkl = F.future_kl(lp, old, m, F.gamma_from_decay(kw["decay"]))
-        f = F.future_weight(fkl, kw["clip_eps"], kw["high_only"])
         ratio = np.exp(np.clip(lp - old, -F.LOG_CLAMP, F.LOG_CLAMP))
-        new = F.future_aware_advantages(adv, f, ratio, kw["b"], kw["safety_ratio"] or None)
+        # the weight the loss uses: after the negative-advantage safety clamp (the metrics too)
+        f = F.safe_future_weight(adv, F.future_weight(fkl, kw["clip_eps"], kw["high_only"]), ratio,
+                                 kw["safety_ratio"] or None)
+        new = F.future_aware_advantages(adv, f, None, kw["b"])
         self.last_future = {"advantages": adv, "weight": f, "logps": lp, "old_logps": old, "mask": m,
                             "weighted": new}
         mode = "train" if self.model.training else "eval"

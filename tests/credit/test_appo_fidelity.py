@@ -126,3 +126,38 @@ def test_ccpo_warmup_default_is_the_authors_raw_signals():
     s, _ = ccpo([1, 0, 1], [0, 1, 1], [0, 0, 0], warmup="shaped")
     assert s.rewards["thinker"].tolist() == [approx(0.761594), approx(-0.761594), 0.0]
     assert s.rewards["solver"].tolist() == [0.5, 0.5, 1.0]
+
+
+# ============================================================================ 3. Eq. 7's diagnostics
+def test_future_weight_diagnostics_are_after_the_safety_clamp():
+    from collections import defaultdict
+
+    import torch
+
+    from agentrl.trainer.appo_loss import FutureAwareLoss
+
+    class Host(FutureAwareLoss):
+        """The attributes the mixin reads from its GRPOTrainer (appo_kwargs, model, _metrics)."""
+
+        def __init__(self):
+            self.appo_kwargs = _appo_kw(decay=1.0)  # gamma = 2^(-1/1) = 0.5
+            self.model = torch.nn.Linear(1, 1)  # in training mode
+            self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    # two tokens, A = [-1, 2]; Delta = log pi - log pi_old = [ln 7, 0.5]
+    #   token 0: Delta = 1.945910 > ln 3 -> left out of FutureKL; ratio 7
+    #   FutureKL = [0 + 0.5 * 0.5, 0.5] = [0.25, 0.5]; exp = [1.284025, 1.648721]
+    #   f = clip(., 1, 1.2) (high only) = [1.2, 1.2]
+    #   safety clamp: token 0 has A < 0 and ratio 7 > 6 -> f0 = clip(1.2, 0.8, 1.0) = 1.0
+    #   A~ = A (1 + f) = [-1 * 2.0, 2 * 2.2] = [-2.0, 4.4]
+    #   metrics: mean f = (1.0 + 1.2) / 2 = 1.1 (1.2 before the clamp), max 1.2
+    old = torch.tensor([[-2.0, -1.0]])
+    logps = old + torch.tensor([[math.log(7.0), 0.5]])
+    host = Host()
+    inputs = {"advantages": torch.tensor([[-1.0, 2.0]]), "completion_mask": torch.ones(1, 2),
+              "old_per_token_logps": old}
+    out = host._future_aware(logps, inputs)
+    assert out[0].tolist() == [approx(-2.0), approx(4.4)]
+    assert host.last_future["weight"][0].tolist() == [approx(1.0), approx(1.2)]
+    assert host._metrics["train"]["appo/future_weight_mean"] == [approx(1.1)]
+    assert host._metrics["train"]["appo/future_weight_max"] == [approx(1.2)]
