@@ -129,6 +129,14 @@ def check_config(cfg) -> Collaboration | None:
     scale = (cfg.env_kwargs or {}).get("scale", "01")
     if cfg.credit == "sepo" and scale != "pm1":
         raise CollabError("credit 'sepo' anchors on a +-1 verifier: set env_kwargs: {scale: pm1}")
+    if cfg.credit == "ccpo_bonus" and scale in ("01", "pm1"):
+        from agentrl.credit.collab import PARAMS, check_bonus_threshold
+
+        try:
+            check_bonus_threshold((cfg.credit_kwargs or {}).get("threshold", PARAMS["ccpo_bonus"]["threshold"].default),
+                                  scale)
+        except ValueError as e:
+            raise CollabError(str(e)) from None
     if cfg.collab_policies == "lora" and not cfg.use_peft:
         raise CollabError("collab_policies: lora trains one LoRA adapter per policy: set use_peft: true")
     if cfg.collab_policies == "full" and cfg.use_peft:

@@ -33,7 +33,8 @@ Each module returns one reward and one advantage per rollout for each role.
 
 ``ccpo_bonus`` (the authors' newer code, not in the paper)
     b = mean of the prompt's R_solo; bonus = +1 if R_joint > t and b < t, -1 if R_joint < t
-    and b > t, else 0 (t = 0 for +-1 rewards, 0.5 for 0/1); r_1 = R_joint + 0.2 bonus,
+    and b > t, else 0 (t = 0 for +-1 rewards, the authors' scale; 0/1 rewards need t = 0.5, and a
+    recipe that pairs them with t = 0 is refused, ``check_bonus_threshold``); r_1 = R_joint + 0.2 bonus,
     r_2 = R_joint; A_i = r_i - mean_group(r_i) (their GRPO ran without std scaling).
 
 ``sepo`` (Sec. 3.3 and App. C.3)
@@ -293,6 +294,22 @@ def ccpo_bonus(
     return out
 
 
+VERIFIER_RANGE = {"01": (0.0, 1.0), "pm1": (-1.0, 1.0)}
+"""The verifier's (wrong, right) rewards for each reward scale of the math env."""
+
+
+def check_bonus_threshold(threshold: float, scale: str) -> None:
+    """ValueError (one line) unless wrong < ``threshold`` < right on the verifier's ``scale``.
+
+    The bonus compares R_joint and the solo baseline with the threshold using strict
+    inequalities, so a threshold equal to the wrong reward (the default 0 with 0/1 rewards) never
+    sees a baseline below it and the Thinker's bonus never fires."""
+    low, high = VERIFIER_RANGE[scale]
+    if not low < threshold < high:
+        raise ValueError(f"credit 'ccpo_bonus' on {scale} rewards ({low:g} wrong, {high:g} right) never fires at "
+                         f"threshold {threshold:g}: set credit_kwargs: {{threshold: {(low + high) / 2:g}}}")
+
+
 # ============================================================================ sepo
 LEVELS = tuple((round(0.1 * k, 1), round(1 - 0.1 * k, 1)) for k in range(9, 0, -1))
 """The 9 admissible (Thinker share, Solver share) pairs: (0.9, 0.1), ..., (0.1, 0.9)."""
@@ -514,7 +531,10 @@ PARAMS: dict[str, dict[str, Param]] = {
             0.2, "weight of the +-1 disagreement bonus on the Thinker (authors' code: 0.2)", "float"
         ),
         "threshold": Param(
-            0.0, "reward above which an answer counts as correct: 0 for +-1 rewards, 0.5 for 0/1", "float"
+            0.0,
+            "reward above which an answer counts as correct, strictly between the verifier's wrong and right "
+            "rewards: 0 for +-1 (the authors' scale), 0.5 for 0/1 (a 0/1 recipe must set it; checked)",
+            "float",
         ),
         "scale": replace(SCALE, default="none"),
     },

@@ -43,15 +43,19 @@ def test_paper_sets_are_complete():
 @pytest.mark.parametrize("recipe", PAPER, ids=str)
 def test_paper_recipes_validate_with_table5(recipe):
     c = load_recipe(str(recipe), _local(recipe))
-    # Table 5: lr 1e-6 (LoRA on the 7B: 1e-5, see its base recipe), 64 prompts x n = 4, clip 0.2,
-    # gradient clip 1.0; alpha = eta = 1, lambda 0.99, 50 warm-up samples are ccpo's defaults
+    # Table 5: lr 1e-6 (LoRA on the 7B: 1e-5, see its base recipe), 64 prompts x n = 4, clip 0.2
+    # (the GRPO runs), gradient clip 1.0; alpha = eta = 1, lambda 0.99, 50 warm-up samples are
+    # ccpo's defaults. The GSPO rows clip the sequence ratio at 3e-4 / 4e-4 (the authors' GSPO
+    # scripts); SEPO's advantages are unscaled (their scripts).
+    gspo = recipe.name.startswith(("t2_gspo", "t3_gspo"))
     assert c.learning_rate == (1e-5 if c.use_peft else 1e-6)
     assert c.num_generations == 4 and c.per_device_train_batch_size * c.steps_per_generation == 256
-    assert (c.epsilon, c.max_grad_norm, c.beta) == (0.2, 1.0, 0.0)
+    assert (c.max_grad_norm, c.beta) == (1.0, 0.0)
+    assert (c.epsilon, c.epsilon_high) == ((3e-4, 4e-4) if gspo else (0.2, None))
     assert (c.collab, c.role_schedule, c.role_block_steps) == ("think_solve", "blocks", 10)
     assert c.collab_policies == ("lora" if "olmo3" in recipe.name else "full")
-    assert c.credit_kwargs == {}  # the module defaults are Table 5's
-    assert c.importance_sampling_level == ("sequence" if recipe.name.startswith(("t2_gspo", "t3_gspo")) else "token")
+    assert c.credit_kwargs == ({"scale": "none"} if c.credit == "sepo" else {})  # else the module defaults
+    assert c.importance_sampling_level == ("sequence" if gspo else "token")
     if recipe.name.startswith("t3_"):  # the heterogeneous pair: the Thinker on its own base model
         assert c.collab_models == {"thinker": "allenai/Olmo-3-7B-Instruct"}
         assert c.model_name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"

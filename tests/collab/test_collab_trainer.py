@@ -195,6 +195,8 @@ def test_resume_continues_schedule_and_ccpo_state(tmp_path, collab_model_dir, po
     (dict(collab="three_roles"), "not a built-in collaboration"),
     (dict(collab_policies="two"), "collab_policies must be one of shared, lora, full"),
     (dict(credit="grpo"), "credit must be one of shared, ccpo, ccpo_bonus, sepo"),
+    (dict(credit="ccpo_bonus"), "credit 'ccpo_bonus' on 01 rewards (0 wrong, 1 right) never fires at threshold 0: "
+                                "set credit_kwargs: {threshold: 0.5}"),
 ])
 def test_recipe_errors_are_one_line(tmp_path, collab_model_dir, kw, needle):
     with pytest.raises(RecipeError) as e:
@@ -204,7 +206,8 @@ def test_recipe_errors_are_one_line(tmp_path, collab_model_dir, kw, needle):
 
 @pytest.mark.parametrize("credit_name", ["shared", "ccpo_bonus"])
 def test_other_credit_modules_train(tmp_path, collab_model_dir, credit_name):
-    cfg = make_cfg(tmp_path, collab_model_dir, credit=credit_name, max_steps=2, role_block_steps=1)
+    kw = {"credit_kwargs": {"threshold": 0.5}} if credit_name == "ccpo_bonus" else {}  # 0/1 rewards
+    cfg = make_cfg(tmp_path, collab_model_dir, credit=credit_name, max_steps=2, role_block_steps=1, **kw)
     tr = build(cfg)
     tr.train()
     h = [h for h in tr.state.log_history if "loss" in h]

@@ -161,3 +161,49 @@ def test_future_weight_diagnostics_are_after_the_safety_clamp():
     assert host.last_future["weight"][0].tolist() == [approx(1.0), approx(1.2)]
     assert host._metrics["train"]["appo/future_weight_mean"] == [approx(1.1)]
     assert host._metrics["train"]["appo/future_weight_max"] == [approx(1.2)]
+
+
+# ============================================================================ 6. recipes, ccpo_bonus
+def test_gspo_and_sepo_recipes_use_the_authors_settings():
+    from pathlib import Path
+
+    from agentrl.recipe_file import read_recipe_file
+
+    repo = Path(__file__).resolve().parents[2]
+    for r in sorted((repo / "recipes/ccpo").glob("t[23]_gspo_*.yaml")):
+        d = read_recipe_file(r)  # the resolved recipe (base recipes merged)
+        # sequence-level ratios clipped at [1 - 3e-4, 1 + 4e-4] (the authors' GSPO scripts), not 0.2
+        assert (d["importance_sampling_level"], d["epsilon"], d["epsilon_high"]) == ("sequence", 3e-4, 4e-4), r
+        if d["credit"] == "sepo":
+            assert d["credit_kwargs"] == {"scale": "none"}, r  # A = r - mean, the authors' scripts
+    for r in sorted((repo / "recipes/ccpo").glob("t1_grpo_*.yaml")):
+        d = read_recipe_file(r)
+        assert d["epsilon"] == 0.2 and "epsilon_high" not in d, r  # Table 5's clip, the GRPO runs
+
+
+def test_ccpo_bonus_threshold_tied_to_the_reward_scale(capsys, monkeypatch):
+    from pathlib import Path
+
+    from agentrl.credit.collab import ccpo_bonus, check_bonus_threshold
+    from agentrl.train import check_recipe
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+
+    # 0/1 rewards, R_joint [1, 0], R_solo [0, 0]: the solo baseline is 0.
+    # threshold 0: "R_joint > 0 and baseline < 0" never holds (baseline >= 0 always) -> bonus 0,
+    #   r1 = R_joint = [1, 0]; threshold 0.5: 1 > .5 and 0 < .5 -> +1 on rollout 0, r1 = [1.2, 0]
+    assert ccpo_bonus([1, 0], [0, 0], [0, 0]).rewards["thinker"].tolist() == [1.0, 0.0]
+    assert ccpo_bonus([1, 0], [0, 0], [0, 0], threshold=0.5).rewards["thinker"].tolist() == [approx(1.2), 0.0]
+    check_bonus_threshold(0.5, "01")
+    check_bonus_threshold(0.0, "pm1")
+    with pytest.raises(ValueError, match=r"on 01 rewards \(0 wrong, 1 right\) never fires at threshold 0: "
+                                         r"set credit_kwargs: \{threshold: 0.5\}"):
+        check_bonus_threshold(0.0, "01")
+    with pytest.raises(ValueError, match="never fires at threshold -1"):
+        check_bonus_threshold(-1.0, "pm1")
+    # the config validation path: one line, exit code 2
+    cpu = "recipes/ccpo/cpu/ccpo_shared.yaml"
+    assert check_recipe(cpu, ["--credit", "ccpo_bonus"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "never fires at threshold 0: set credit_kwargs: {threshold: 0.5}" in err
+    assert check_recipe(cpu, ["--credit", "ccpo_bonus", "--credit_kwargs", '{"threshold": 0.5}']) == 0
