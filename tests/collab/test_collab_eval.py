@@ -34,14 +34,40 @@ def test_scripted_accuracies_in_table_shape():
     assert table(rows).splitlines()[0] == "| pipeline | a | b | mean |"
 
 
+def _logits(model, ids):
+    import torch
+
+    with torch.no_grad():
+        return model(input_ids=ids).logits.float()
+
+
 def test_trained_run_evaluates_from_its_saved_policies(tmp_path, collab_model_dir, capsys):
+    import torch
     from test_collab_trainer import build, make_cfg
 
-    tr = build(make_cfg(tmp_path, collab_model_dir, collab_policies="lora", use_peft=True, max_steps=1,
-                        lora_r=4, lora_alpha=8, lora_dropout=0.0))
+    from agentrl.collab.eval_cli import load_run
+    from agentrl.eval import load_policy
+
+    # one step per role (blocks of 1): the Thinker's adapter and the Solver's both move off the base
+    tr = build(make_cfg(tmp_path, collab_model_dir, collab_policies="lora", use_peft=True, max_steps=2,
+                        role_block_steps=1, lora_r=4, lora_alpha=8, lora_dropout=0.0))
     tr.train()
     run = tmp_path / "final"
     tr.save_model(str(run))
+    # what the eval loads is each role's trained policy, not the base model nor the other role's
+    ids = torch.tensor([list(range(5, 25))])
+    tr.model.eval()
+    trained = {}
+    for name in ("thinker", "solver"):
+        with tr.policies.use(name):
+            trained[name] = _logits(tr.model, ids)
+    base = _logits(load_policy(collab_model_dir)[0], ids)
+    _, models, _ = load_run(str(run), None, "think_solve")
+    assert set(models) == {"thinker", "solver"}
+    for name, other in (("thinker", "solver"), ("solver", "thinker")):
+        got = _logits(models[name], ids)
+        assert torch.allclose(got, trained[name], atol=1e-5), name
+        assert (got - base).abs().max() > 1e-3 and (got - trained[other]).abs().max() > 1e-3, name
     rc = main(["--run", str(run), "--benchmarks", f"math500:{FIX / 'math500.parquet'}",
                "--generated", "basic_arithmetic", "--limit", "2", "--max-new-tokens", "4", "--batch", "2"])
     out = capsys.readouterr()
