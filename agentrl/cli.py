@@ -24,6 +24,7 @@ COMMANDS = {
     "demo": ("agentrl.demo", "the CPU demo: SFT warm start, RL, held-out evaluation"),
     "arena": ("agentrl.arena", "race credit modules from one warm start over seeds: held-out curves, paired stats"),
     "bench": ("agentrl.bench", "benchmarks: agentrl bench credit --records N --json"),
+    "truth": ("agentrl.truth.__main__", "credit scored against exact advantages and policy gradients on finite MDPs"),
 }
 
 

@@ -244,6 +244,15 @@ class _Builder:
             raise ValueError(f"MDP has more than {MAX_STATES} states; lower depth or moves, or raise recurrence")
         return len(self.depth) - 1
 
+    def existing(self, layer: list[int], chosen: list[int]) -> int | None:
+        """A random state of ``layer`` that this state's other moves do not lead to (None after a
+        few draws that all hit one: a new state then)."""
+        for _ in range(4):
+            x = layer[int(self.rng.integers(len(layer)))]
+            if x not in chosen:
+                return x
+        return None
+
     def grow_task(self, task: int) -> int:
         cfg, rng = self.cfg, self.rng
         root = self.new(task, 0, False)
@@ -258,12 +267,11 @@ class _Builder:
                     if m > 0 and rng.random() < cfg.trap:
                         chosen.append(trap)
                         continue
-                    free = [x for x in nxt if x not in chosen]
-                    if free and rng.random() < cfg.recurrence:
-                        chosen.append(free[int(rng.integers(len(free)))])
-                    else:
+                    target = self.existing(nxt, chosen) if nxt and rng.random() < cfg.recurrence else None
+                    if target is None:
                         nxt.append(self.new(task, d + 1, last))
-                        chosen.append(nxt[-1])
+                        target = nxt[-1]
+                    chosen.append(target)
                 self.targets[s] = chosen
             layer = nxt
         goals = [s for s in layer if rng.random() < cfg.goal_frac] or [layer[int(rng.integers(len(layer)))]]
@@ -375,7 +383,9 @@ class FiniteMDPEnv(TextEnv):
         super().__init__(invalid_action_penalty=self.config.penalty, history_length=history_length,
                          render_mode=render_mode)
         self.mdp = _cached(self.config, int(mdp_seed))
-        self._qstar = self.mdp.optimal()[0]
+        # discounted by a hair, so that among equally good actions the expert takes the one that
+        # gets there first (undiscounted, a distractor ties with the right move while time is left)
+        self._qstar = self.mdp.optimal(gamma=0.99)[0]
         self._rng = np.random.default_rng(0)
         self._s = int(self.mdp.roots[0])
 

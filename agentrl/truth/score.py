@@ -8,8 +8,9 @@ estimator:
 * ``sign``: share of records with A^pi != 0 whose advantage has the same sign (0 counts as wrong);
 * ``cos``: cosine between the batch's policy-gradient estimate
   g_hat = sum_i A_hat_i dlog pi(a_i|s_i)/dtheta and the exact dJ/dtheta;
-* ``bias``: cosine between the *mean* of g_hat over the batches of one MDP and dJ/dtheta (what
-  an infinite batch would give; 1 = unbiased direction).
+* ``bias``: cosine between the *expected* g_hat and dJ/dtheta (what an infinite batch would
+  give; 1 = unbiased direction), estimated from one MDP's batches without their noise
+  (:func:`mean_direction_cosine`).
 
 Replicates are MDP instances (seeds): each number is averaged per seed first, then reported as
 mean +- s.e. over seeds. ``grpo_equivalent`` is the headline: how many times GRPO's batch GRPO
@@ -101,6 +102,23 @@ def cosine(u: np.ndarray, v: np.ndarray) -> float:
     return float(np.dot(u.ravel(), v.ravel()) / (nu * nv))
 
 
+def mean_direction_cosine(grads: list[np.ndarray], true: np.ndarray) -> float:
+    """cos(E[g], true) from n independent draws g_1..g_n, without the noise that the cosine of
+    their plain mean keeps: E[g].true is estimated by mean(g).true, and |E[g]|^2 by the
+    unbiased U-statistic (|sum g|^2 - sum |g|^2) / (n (n - 1)). Clipped to [-1, 1]; NaN for
+    n < 2 or when the estimated |E[g]|^2 is not positive (no detectable mean direction)."""
+    n = len(grads)
+    if n < 2:
+        return float("nan")
+    flat = np.stack([g.ravel() for g in grads])
+    total = flat.sum(0)
+    sq = (float(total @ total) - float((flat * flat).sum())) / (n * (n - 1))
+    nt = float(np.linalg.norm(true))
+    if sq <= 0 or nt == 0:
+        return float("nan")
+    return float(np.clip(float(total @ true.ravel()) / n / (np.sqrt(sq) * nt), -1.0, 1.0))
+
+
 def gradient_estimate(policy: TabularPolicy, smp: Sample, adv: np.ndarray) -> np.ndarray:
     """g_hat = sum_i A_hat_i dlog pi(a_i|s_i)/dtheta / (number of rollouts)."""
     return policy.score(smp.s, smp.a, adv) / smp.n_rollouts
@@ -160,7 +178,7 @@ def score_seed(cfg: MDPConfig, seed: int, contenders: list[Contender], batches: 
             out.corr[(G, lab)] = float(np.mean(a["corr"]))
             out.sign[(G, lab)] = float(np.nanmean(a["sign"])) if not np.isnan(a["sign"]).all() else float("nan")
             out.cos[(G, lab)] = float(np.mean(a["cos"]))
-            out.bias[(G, lab)] = cosine(np.mean(a["g"], axis=0), tr.grad)
+            out.bias[(G, lab)] = mean_direction_cosine(a["g"], tr.grad)
     out.grpo_cos_by_m = grpo_cos_by_multiple(mdp, pol, tr, B, G_main, seed)
     return out
 
