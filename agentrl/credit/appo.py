@@ -429,6 +429,22 @@ def branch_diagnostics(entropy, omega, mask, rows, pos, parent_rewards=None,
 
 BRANCH_SUFFIX = "#branch"
 """Appended to a parent's group id to name its branches' group."""
+PREFIX_KEY = "branch_prefix_return"
+"""Info key on a branch's records: the rewards its parent collected before the branch step k.
+
+A branch's records start at step k, but the branch *is* the parent's steps 0..k-1 followed by its
+own: its return R_b must include what the parent earned before k. With outcome-only rewards the
+prefix is 0; with per-step shaping (``valid_action_reward``) leaving it out would lower every
+late branch's return by the parent's earlier bonuses and bias A_branch against late branch
+points. The trainer fills it (``agentrl.trainer.appo.inherit_prefix_rewards``); returns here add it.
+"""
+
+
+def trajectory_returns(batch: Batch) -> np.ndarray:
+    """R per trajectory: its records' rewards plus, for a branch, its inherited prefix (``PREFIX_KEY``)."""
+    infos = np.asarray(batch.field("info", None), dtype=object)[batch.traj_start]
+    prefix = np.array([float((i or {}).get(PREFIX_KEY, 0.0)) for i in infos], dtype=float)
+    return batch.episode_return() + prefix
 OMEGA_BASELINES = ("ref", "behaviour")
 
 APPO_PARAMS = {
@@ -476,9 +492,10 @@ def _group_keys(batch: Batch, grouping: str) -> list[str]:
 @register("appo", APPO_PARAMS, "APPO, arXiv:2606.12384 Eqs. 3-7")
 def appo(batch: Batch, gamma: float, grouping: str, **_: object) -> Out:
     """Each record gets its rollout's group-relative outcome ``group_relative`` (Eq. 6's inner
-    term; branches grouped apart under 'dual'). The token-level map and the loss weight are the
+    term; branches grouped apart under 'dual', a branch's return including its parent's rewards
+    before the branch step, ``PREFIX_KEY``). The token-level map and the loss weight are the
     trainer's (``agentrl.trainer.appo``); the remaining kwargs configure them."""
-    ret = batch.episode_return()
+    ret = trajectory_returns(batch)
     a = group_relative(ret, _group_keys(batch, grouping))
     is_branch = np.array([str(g).endswith(BRANCH_SUFFIX) for g in
                           np.asarray(batch.field("group_id"), dtype=object)[batch.traj_start]], dtype=bool)

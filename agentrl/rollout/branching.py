@@ -19,9 +19,9 @@ to and including t, and plays on through the whole tool loop. A branch is an ord
 * ``rows`` returns ``[]``: branches carry no loss, they only inform the advantages of their
   parent (Eq. 6).
 
-The branch's records start at ``t = k``. Its outcome is the reward it collects from step k on;
-APPO's envs give the whole reward on the final turn, so this is the episode's outcome (an env with
-rewards before step k would need them added back by the caller).
+The branch's records start at ``t = k`` and carry the rewards it collects from step k on. Its
+return also counts the parent's rewards of steps 0..k-1 (step shaping pays those): the APPO
+trainer writes them into the records' info (``agentrl.trainer.appo.inherit_prefix_rewards``).
 """
 
 from __future__ import annotations

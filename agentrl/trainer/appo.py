@@ -11,9 +11,12 @@
    among the *eligible* tokens: model tokens that are not special tokens (EOS) and not
    whitespace only; Eq. 5's z-scores are still taken over all model tokens. One continuation per point is played by the ``branch`` context
    (``agentrl.rollout.branching``) through ``trainer.rollout``, the collective-safe path.
-2. ``_episode_rows``: each initial rollout's row gets per-token advantages from
-   ``dual_group_advantages`` (Eq. 6) over the gathered records of all ranks (initial rollouts and
-   branches in their own groups); branches have no rows.
+2. ``_shape_rewards``: after ``valid_action_reward``, each branch inherits its parent's rewards
+   of the steps before the branch step (a branch's records start there; without them a late
+   branch would lose the bonuses of the prefix it shares). ``_episode_rows``: each initial
+   rollout's row gets per-token advantages from ``dual_group_advantages`` (Eq. 6) over the
+   gathered records of all ranks (initial rollouts and branches in their own groups); branches
+   have no rows.
 3. ``FutureAwareLoss`` (``appo_loss.py``): Eq. 7's weight on those advantages inside TRL's loss.
 
 What Omega compares at rollout time (``omega_baseline``)
@@ -93,6 +96,45 @@ def branch_points(group_ids: list[str | None], stats: dict[str, np.ndarray],
         rows += [idx[j] for j in r]
         pos += list(t)
     return np.asarray(rows, dtype=int), np.asarray(pos, dtype=int), omega
+
+
+def inherit_prefix_rewards(episodes: list[Episode]) -> None:
+    """Write into each branch record's info (``PREFIX_KEY``) the summed rewards of its parent's
+    steps before the branch step k (the branch's records start at t = k), after shaping, so that
+    a branch's return counts the bonuses its parent earned on the shared prefix (see
+    ``agentrl.credit.appo.PREFIX_KEY``). The parent must be among ``episodes`` (same rank)."""
+    by_id = {ep.traj_id: ep for ep in episodes}
+    for ep in episodes:
+        if not ep.steps or "branch_parent" not in ep.steps[0].info:
+            continue
+        k = ep.steps[0].t
+        parent = by_id[ep.steps[0].info["branch_parent"]]
+        prefix = float(sum(r.reward for r in parent.steps if r.t < k))
+        for r in ep.steps:
+            r.info[F.PREFIX_KEY] = prefix
+
+
+def token_advantages(records: list, episodes: list[Episode], kw: dict[str, Any]) -> dict[str, np.ndarray]:
+    """traj_id -> per-token advantages (over ``completion_ids``) of the initial rollouts among
+    ``episodes``: ``dual_group_advantages`` (Eq. 6) on ``records`` (all ranks' initial rollouts
+    and branches). A branch's return includes its inherited prefix (``PREFIX_KEY``)."""
+    first: dict[str, Any] = {}
+    ret: dict[str, float] = {}
+    for r in records:
+        first.setdefault(r.traj_id, r)
+        ret[r.traj_id] = ret.get(r.traj_id, 0.0) + r.reward
+    init = [k for k, r in first.items() if "branch_parent" not in r.info]
+    index = {k: i for i, k in enumerate(init)}
+    br = [r for r in first.values() if "branch_parent" in r.info and r.info["branch_parent"] in index]
+    local = [ep for ep in episodes if ep.steps and ep.traj_id in index]
+    pos = np.array([int(r.info["branch_pos"]) for r in br], dtype=int)
+    length = max([int(pos.max()) + 2 if len(pos) else 1] + [len(ep.tokens.completion_ids) for ep in local])
+    adv = F.dual_group_advantages(
+        [ret[k] for k in init], [str(first[k].group_id) for k in init],
+        [ret[r.traj_id] + float(r.info.get(F.PREFIX_KEY, 0.0)) for r in br],
+        [str(r.group_id).removesuffix(F.BRANCH_SUFFIX) for r in br],
+        [index[r.info["branch_parent"]] for r in br], pos, length, kw["combine"], kw["grouping"])
+    return {ep.traj_id: adv[index[ep.traj_id], :len(ep.tokens.completion_ids)] for ep in local}
 
 
 def is_branch(ep: Episode) -> bool:
@@ -219,30 +261,19 @@ class AppoTrainer(FutureAwareLoss, AgentGRPOTrainer):
         self._appo_metrics.update({f"appo/{k}": float(v) for k, v in d.items()})
 
     # ------------------------------------------------------------------ credit and rows
+    def _shape_rewards(self, episodes: list[Episode]) -> None:
+        """``valid_action_reward`` as the base trainer, then each branch's inherited prefix."""
+        super()._shape_rewards(episodes)
+        inherit_prefix_rewards(episodes)
+
     def _gather_and_credit(self, episodes: list[Episode]) -> Credited:
         self._credited = super()._gather_and_credit(episodes)
         return self._credited
 
     def token_advantages(self, episodes: list[Episode]) -> dict[str, np.ndarray]:
-        """traj_id -> per-token advantages (over ``completion_ids``) of this rank's initial
-        rollouts: ``dual_group_advantages`` (Eq. 6) on the gathered records of all ranks."""
-        kw = self.appo_kwargs
-        first: dict[str, Any] = {}
-        ret: dict[str, float] = {}
-        for r in self._credited.records:
-            first.setdefault(r.traj_id, r)
-            ret[r.traj_id] = ret.get(r.traj_id, 0.0) + r.reward
-        init = [k for k, r in first.items() if "branch_parent" not in r.info]
-        index = {k: i for i, k in enumerate(init)}
-        br = [r for r in first.values() if "branch_parent" in r.info and r.info["branch_parent"] in index]
-        local = [ep for ep in episodes if not is_branch(ep) and ep.steps]
-        pos = np.array([int(r.info["branch_pos"]) for r in br], dtype=int)
-        length = max([int(pos.max()) + 2 if len(pos) else 1] + [len(ep.tokens.completion_ids) for ep in local])
-        adv = F.dual_group_advantages(
-            [ret[k] for k in init], [str(first[k].group_id) for k in init], [ret[r.traj_id] for r in br],
-            [str(r.group_id).removesuffix(F.BRANCH_SUFFIX) for r in br],
-            [index[r.info["branch_parent"]] for r in br], pos, length, kw["combine"], kw["grouping"])
-        return {ep.traj_id: adv[index[ep.traj_id], :len(ep.tokens.completion_ids)] for ep in local}
+        """traj_id -> per-token advantages of this rank's initial rollouts (``token_advantages``
+        on the gathered records of all ranks)."""
+        return token_advantages(self._credited.records, episodes, self.appo_kwargs)
 
     def _episode_rows(self, episodes: list[Episode], adv_local: np.ndarray) -> list[Row]:
         """Rows of the initial rollouts with their token advantages (branches give none)."""
@@ -272,4 +303,5 @@ class AppoTrainer(FutureAwareLoss, AgentGRPOTrainer):
                 self._metrics[mode][k].append(v)
 
 
-__all__ = ["AppoHooks", "AppoTrainer", "branch_points", "check_config", "is_branch"]
+__all__ = ["AppoHooks", "AppoTrainer", "branch_points", "check_config", "inherit_prefix_rewards", "is_branch",
+           "token_advantages"]

@@ -207,3 +207,66 @@ def test_ccpo_bonus_threshold_tied_to_the_reward_scale(capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "never fires at threshold 0: set credit_kwargs: {threshold: 0.5}" in err
     assert check_recipe(cpu, ["--credit", "ccpo_bonus", "--credit_kwargs", '{"threshold": 0.5}']) == 0
+
+
+# ============================================================================ 2. branch returns
+def _step(traj, group, t, env_reward, done, **info):
+    from agentrl.records import StepRecord
+
+    return StepRecord(group_id=group, traj_id=traj, t=t, obs="o", action="a", reward=env_reward, done=done,
+                      info=dict(info))
+
+
+def _episode(traj, group, steps, n_tokens=0):
+    from agentrl.rollout.contexts import TrajectoryTokens
+    from agentrl.rollout.episodes import Episode
+
+    toks = TrajectoryTokens(completion_ids=list(range(n_tokens)), env_mask=[1] * n_tokens,
+                            step_spans=[(2 * k, 2 * k + 2) for k in range(n_tokens // 2)])
+    return Episode(group_id=group, traj_id=traj, steps=steps, tokens=toks)
+
+
+def test_late_branch_inherits_the_shaped_prefix():
+    from agentrl import credit
+    from agentrl.trainer.appo import inherit_prefix_rewards, token_advantages
+
+    # One prompt, valid_action_reward 0.1 on every accepted step (the CPU recipes' shaping), env
+    # reward 1 for a right answer on the last step. Two initial rollouts of 3 steps (2 tokens each:
+    # step k holds tokens 2k, 2k+1):
+    #   P0 wins: shaped rewards [.1, .1, 1.1] -> R = 1.3;   P1 loses: [.1, .1, .1] -> R = 0.3
+    # and one branch of each:
+    #   b0 from P0's token 4 (step 2, late): its own record is step 2, wins: [1.1]; prefix = P0's
+    #      steps 0-1 = .1 + .1 = .2 -> R = 1.3 (without the prefix: 1.1)
+    #   b1 from P1's token 0 (step 0, early): 3 own steps, wins: [.1, .1, 1.1] -> R = 1.3, prefix 0
+    bonus = 0.1
+    p0 = _episode("P0", "g", [_step("P0", "g", 0, 0.0, False), _step("P0", "g", 1, 0.0, False),
+                              _step("P0", "g", 2, 1.0, True)], 6)
+    p1 = _episode("P1", "g", [_step("P1", "g", t, 0.0, t == 2) for t in range(3)], 6)
+    b0 = _episode("P0#b0", "g#branch", [_step("P0#b0", "g#branch", 2, 1.0, True, branch_parent="P0",
+                                              branch_pos=4)])
+    b1 = _episode("P1#b1", "g#branch", [_step("P1#b1", "g#branch", t, 1.0 if t == 2 else 0.0, t == 2,
+                                              branch_parent="P1", branch_pos=0) for t in range(3)])
+    episodes = [p0, p1, b0, b1]
+    for ep in episodes:  # what AgentGRPOTrainer._shape_rewards does with valid_action_reward 0.1
+        for r in ep.steps:
+            r.reward += bonus
+    inherit_prefix_rewards(episodes)
+    assert b0.steps[0].info["branch_prefix_return"] == approx(0.2)
+    assert [r.info["branch_prefix_return"] for r in b1.steps] == [0.0, 0.0, 0.0]
+    records = [r for ep in episodes for r in ep.steps]
+
+    # record level (credit: appo): initial group [1.3, .3]: mean .8, std .5 -> A = +-.5/(.5 + 1e-6)
+    # = +-.999998; branch group [1.3, 1.3]: zero spread -> A = 0 for both (the late branch that won
+    # like its parent is not worse than the early one). Without the prefix: [1.1, 1.3] -> mean 1.2,
+    # std .1 -> b0 = -.1/(.1 + 1e-6) = -.999990.
+    res = credit.compute("appo", records)
+    per_traj = {r.traj_id: a for r, a in zip(records, res.step_advantages, strict=True)}
+    assert per_traj["P0"] == approx(0.999998) and per_traj["P1"] == approx(-0.999998)
+    assert per_traj["P0#b0"] == 0.0 and per_traj["P1#b1"] == 0.0
+
+    # token level (Eq. 6, combine average): P0's tokens 0-4 (up to and including its branch point)
+    # get (A_init + A_b0) / 2 = (.999998 + 0) / 2 = .499999, token 5 A_init = .999998;
+    # P1's token 0 gets (-.999998 + 0) / 2 = -.499999, tokens 1-5 A_init = -.999998.
+    tok = token_advantages(records, [p0, p1], _appo_kw(budget=1))
+    assert tok["P0"].tolist() == [approx(0.499999)] * 5 + [approx(0.999998)]
+    assert tok["P1"].tolist() == [approx(-0.499999)] + [approx(-0.999998)] * 5
