@@ -330,34 +330,58 @@ class Rating:
     """'json', 'regex' or 'fallback'."""
 
 
-def _level(pair: Any) -> tuple[float, float] | None:
+def _share(x: Any) -> tuple[float, bool] | None:
+    """One number of a pair and whether it is a percentage ('70%', or a number above 1)."""
+    text = str(x).strip()
     try:
-        a, b = (float(x) for x in pair)
-    except (TypeError, ValueError):
+        v = float(text.removesuffix("%").strip())
+    except ValueError:
+        return None
+    pct = text.endswith("%") or v > 1.0
+    return (v / 100.0 if pct else v), pct
+
+
+def _level(pair: Any) -> tuple[float, float] | None:
+    """The level a pair names, or None: exactly two numbers, both fractions or both percentages."""
+    if isinstance(pair, str | bytes) or not hasattr(pair, "__len__") or len(pair) != 2:
+        return None
+    a, b = (_share(x) for x in pair)
+    if a is None or b is None or a[1] != b[1]:
         return None
     for lv in LEVELS:
-        if abs(a - lv[0]) < 1e-6 and abs(b - lv[1]) < 1e-6:
+        if abs(a[0] - lv[0]) < 1e-6 and abs(b[0] - lv[1]) < 1e-6:
             return lv
     return None
 
 
 _RX_OUTCOME = re.compile(r"outcome\W{0,4}(correct|incorrect|wrong)", re.I)
-_RX_PAIR = re.compile(r"pair\W{0,6}([01]?\.\d+)\s*[,;/ ]\s*([01]?\.\d+)", re.I)
+_NUM = r"(\d+(?:\.\d+)?%?|\.\d+)"
+# two numbers after a "pair" label, not followed by a third (a three-number pair names no level)
+_RX_PAIR = re.compile(rf"pair[^\w.]{{0,6}}{_NUM}\s*[,;/ ]\s*{_NUM}(?!\s*[,;/]?\s*\.?\d)", re.I)
 
 
-def parse_rating(text: str, correct: bool) -> Rating:
-    """Parse a rater's reply against the verifier's outcome (see the module doc)."""
-    want = OUTCOMES[bool(correct)]
+def _first_rating_object(text: str) -> dict | None:
+    """The first JSON object of ``text`` that has an ``outcome`` or ``pair`` key (the rating)."""
     dec = json.JSONDecoder()
     for m in re.finditer(r"\{", text):
         try:
             obj, _ = dec.raw_decode(text, m.start())
         except ValueError:
             continue
-        if isinstance(obj, dict) and str(obj.get("outcome", "")).strip().lower() == want:
-            lv = _level(obj.get("pair"))
-            if lv:
-                return Rating(lv[0], lv[1], True, "json")
+        if isinstance(obj, dict) and ("outcome" in obj or "pair" in obj):
+            return obj
+    return None
+
+
+def parse_rating(text: str, correct: bool) -> Rating:
+    """Parse a rater's reply against the verifier's outcome (the module doc; the credit README
+    gives each fallback choice and how the authors' code differs)."""
+    want = OUTCOMES[bool(correct)]
+    obj = _first_rating_object(text)
+    if obj is not None and str(obj.get("outcome", "")).strip().lower() == want:
+        lv = _level(obj.get("pair"))
+        if lv:
+            return Rating(lv[0], lv[1], True, "json")
     said = _RX_OUTCOME.search(text)
     said_ok = said is None or said.group(1).lower().replace("wrong", "incorrect") == want
     for m in _RX_PAIR.finditer(text):

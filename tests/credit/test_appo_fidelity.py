@@ -270,3 +270,33 @@ def test_late_branch_inherits_the_shaped_prefix():
     tok = token_advantages(records, [p0, p1], _appo_kw(budget=1))
     assert tok["P0"].tolist() == [approx(0.499999)] * 5 + [approx(0.999998)]
     assert tok["P1"].tolist() == [approx(-0.499999)] + [approx(-0.999998)] * 5
+
+
+# ============================================================================ 7. the rating parser
+# The four cases where our fallbacks and the authors' code part ways (agentrl/credit/README.md,
+# "SEPO's rating parser"): each reply, the verifier's outcome, and what we return.
+@pytest.mark.parametrize("text, correct, want", [
+    # (a) a level pair and no stated outcome: accepted (the authors' code falls back unless the
+    #     word correct / wrong appears somewhere); a stated contradicting outcome still falls back
+    ("pair: (0.6, 0.4)", True, (0.6, 0.4, True, "regex")),
+    ('{"pair": [0.3, 0.7], "brief_reason": "x"}', False, (0.3, 0.7, True, "regex")),
+    ("outcome: wrong, pair: (0.6, 0.4)", True, (0.5, 0.5, False, "fallback")),
+    # (b) three numbers name no level, in JSON or in text: fallback (the authors' text pattern
+    #     takes the first two)
+    ('{"outcome": "correct", "pair": [0.7, 0.3, 0.5]}', True, (0.5, 0.5, False, "fallback")),
+    ("outcome: correct, pair: [0.7, 0.3, 0.5]", True, (0.5, 0.5, False, "fallback")),
+    # (c) percentages name the same level: [70, 30] and 70% / 30% -> (0.7, 0.3), as the authors'
+    #     code; mixed units ([0.7, 30]) fall back
+    ('{"outcome": "correct", "pair": [70, 30]}', True, (0.7, 0.3, True, "json")),
+    ("outcome: incorrect, pair: 20% / 80%", False, (0.2, 0.8, True, "regex")),
+    ('{"outcome": "correct", "pair": [0.7, 30]}', True, (0.5, 0.5, False, "fallback")),
+    # (d) only the first rating object counts: a second object that matches the verifier does not
+    #     rescue a first one that contradicts it (as the authors' code; we used to take the second)
+    ('{"outcome": "correct", "pair": [0.9, 0.1]} {"outcome": "incorrect", "pair": [0.2, 0.8]}', False,
+     (0.5, 0.5, False, "fallback")),
+    ('{"note": 1} {"outcome": "incorrect", "pair": [0.2, 0.8]}', False, (0.2, 0.8, True, "json")),
+])
+def test_rating_parser_fallbacks(text, correct, want):
+    from agentrl.credit.collab import Rating, parse_rating
+
+    assert parse_rating(text, correct) == Rating(*want)

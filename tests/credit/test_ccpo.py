@@ -276,17 +276,18 @@ def test_sepo_errors():
             True,
             (0.7, 0.3, True, "json"),
         ),
-        # first object's outcome contradicts the verifier: skipped; the second one is used
+        # only the first rating object counts: its outcome contradicts the verifier -> fallback
+        # (the regex then meets the same contradicting outcome first)
         (
             '{"outcome": "correct", "pair": [0.9, 0.1]} then {"outcome": "incorrect", "pair": [0.2, 0.8]}',
             False,
-            (0.2, 0.8, True, "json"),
+            (0.5, 0.5, False, "fallback"),
         ),
-        # a pair that is not one of the 9 levels is skipped
+        # a pair that is not one of the 9 levels: the JSON rating fails, the regex finds the next pair
         (
             '{"outcome": "correct", "pair": [0.75, 0.25]} {"outcome": "correct", "pair": [0.6, 0.4]}',
             True,
-            (0.6, 0.4, True, "json"),
+            (0.6, 0.4, True, "regex"),
         ),
         # malformed JSON -> regex on the same fields
         ("outcome: correct, pair: (0.6, 0.4)", True, (0.6, 0.4, True, "regex")),
