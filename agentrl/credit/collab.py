@@ -47,9 +47,12 @@ Each module returns one reward and one advantage per rollout for each role.
     bonus_i = w_i - mean_group(w_i)   (raw w_i with centring off; a group of one gives 0)
     r_i = R_ver + lam_credit bonus_i if R_ver = +1, R_ver - lam_blame bonus_i if R_ver = -1
     lam_credit = lam_blame = 0.2 (Sec. 3.3). eta = 0.3 is the authors' code's self weight (the
-    paper gives no value). A rating is parsed from the first JSON object whose ``outcome``
-    matches the verifier and whose ``pair`` is one of the 9 levels, else by a regex for the
-    same two fields, else it is (0.5, 0.5) and counted invalid (``sepo_invalid_frac``).
+    paper gives no value). A rating is parsed from the reply's first JSON object with an
+    ``outcome`` or ``pair`` key, if its outcome matches the verifier and its pair is one of the 9
+    levels (percentages such as [70, 30] name the same level); else by a regex for a labelled
+    pair of exactly two numbers, refused if a labelled outcome contradicts the verifier; else it
+    is (0.5, 0.5) and counted invalid (``sepo_invalid_frac``). Where this departs from the
+    authors' parser, and why: agentrl/credit/README.md, "SEPO's rating parser".
 
 Group-relative advantages use the sample std (ddof = 1) and eps = 1e-6, as the rest of
 agentrl/credit; a group of one rollout is centred on 0 with std 1 (the authors' convention).
