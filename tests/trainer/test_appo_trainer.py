@@ -87,6 +87,13 @@ def test_appo_recipe_end_to_end_and_resume(tmp_path, warm_dir):
         gid[r["traj_id"]], info[r["traj_id"]] = r["group_id"], r["info"]
     init = [t for t in ret if "branch_parent" not in info[t]]
     brs = [t for t in ret if "branch_parent" in info[t]]
+    # a branch's records start at its branch step k; its return adds the parent's shaped rewards
+    # of steps 0..k-1 (valid_action_reward pays them), written by the trainer into its info
+    for b in brs:
+        k = min(r["t"] for r in recs if r["traj_id"] == b)
+        prefix = sum(r["reward"] for r in recs if r["traj_id"] == info[b]["branch_parent"] and r["t"] < k)
+        assert info[b]["branch_prefix_return"] == pytest.approx(prefix)
+        ret[b] += prefix
     a_init = dict(zip(init, _hand_group_relative([ret[t] for t in init], [gid[t] for t in init]), strict=True))
     a_br = dict(zip(brs, _hand_group_relative([ret[t] for t in brs], [gid[t] for t in brs]), strict=True))
     assert any(a != 0 for a in a_init.values()), "the shaped rewards should give some group spread"
