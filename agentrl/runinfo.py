@@ -94,6 +94,18 @@ def write_run_info(cfg, argv: list[str] | None = None) -> None:
     (out / RUN_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
 
 
+def mark_finished(output_dir: str | Path, global_step: int) -> None:
+    """Record in ``run_info.json`` that training reached ``global_step`` and saved the model
+    (``--resume_from_checkpoint auto`` then leaves the run alone)."""
+    p = Path(output_dir) / RUN_INFO_FILE
+    try:
+        info = json.loads(p.read_text())
+    except (OSError, ValueError):
+        info = {}
+    info.update(finished_step=global_step, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    p.write_text(json.dumps(info, indent=2) + "\n")
+
+
 def _settings_from_args(args: Any) -> dict[str, Any]:
     get = args.get if isinstance(args, dict) else lambda k, d=None: getattr(args, k, d)
     return {k: get(k) for k in ROLLOUT_SETTINGS if get(k, MISSING) is not MISSING}

@@ -2,15 +2,18 @@
 
 Also ``accelerate launch --config_file accelerate_configs/zero3.yaml -m agentrl.train RECIPE.yaml``.
 Bad input (unknown key, env id, credit module, missing model folder, vLLM absent, a value out of
-range) prints one line on stderr and exits with code 2. ``--resume_from_checkpoint PATH|true``
-continues a run; a non-empty ``output_dir`` is refused otherwise, unless ``--overwrite_output_dir
-true`` (the folder is then cleared first). The run folder gets ``recipe.yaml`` (resolved),
+range) prints one line on stderr and exits with code 2. ``--resume_from_checkpoint
+PATH|true|auto`` continues a run (true: the newest complete checkpoint; auto: that, or start an
+empty folder, or do nothing for a finished run; see ``resume_target``); a non-empty ``output_dir``
+is refused otherwise, unless ``--overwrite_output_dir true`` (the folder is then cleared first).
+Checkpoints appear only when complete (``agentrl.checkpoints``). The run folder gets ``recipe.yaml`` (resolved),
 ``run_info.json`` (versions, git commit), ``metrics.jsonl`` (one line per logged step) and wandb's
 files.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -115,6 +118,9 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
         from agentrl.trainer.appo import AppoTrainer as cls
     trainer = cls(model=model_path, args=cfg, processing_class=tok, peft_config=build_peft_config(cfg), hooks=hooks)
     _install_callbacks(trainer)
+    from agentrl.checkpoints import install_atomic_saves
+
+    install_atomic_saves(trainer)
     return trainer
 
 
@@ -165,23 +171,76 @@ def prepare_output_dir(cfg: AgentRLConfig, resume: str | None) -> None:
     shutil.rmtree(out)
 
 
-def resume_target(value, output_dir: str) -> str | None:
-    """``--resume_from_checkpoint``: true/last/latest = the newest checkpoint in output_dir,
-    false/no/none = start fresh, else a checkpoint folder that must exist."""
+# the files agentrl train writes into output_dir before its first checkpoint
+_OWN_FILES = {"recipe.yaml", "run_info.json", "metrics.jsonl", "wandb", "rollouts", "README.md", ".partial"}
+
+
+class RunFinished(Exception):
+    """``--resume_from_checkpoint auto`` on a run that already reached max_steps."""
+
+
+def _say(msg: str) -> None:
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"agentrl train: {msg}", file=sys.stderr, flush=True)
+
+
+def _finished_step(output_dir: Path) -> int | None:
+    from agentrl.runinfo import RUN_INFO_FILE
+
+    try:
+        return json.loads((output_dir / RUN_INFO_FILE).read_text()).get("finished_step")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _skipped(skipped) -> str:
+    return "; ".join(f"skipped {ck.name}: {why}" for ck, why in skipped)
+
+
+def resume_target(value, output_dir: str, max_steps: int = -1) -> str | None:
+    """``--resume_from_checkpoint``: true/last/latest = the newest complete checkpoint in
+    output_dir (newer incomplete ones are skipped, saying why), false/no/none = start fresh,
+    auto = resume if a complete checkpoint exists, start if output_dir is empty or holds only what
+    a run killed before its first checkpoint leaves (cleared first), RunFinished if the run already
+    reached max_steps, else refuse; any other value is a checkpoint folder that must be complete."""
+    from agentrl.checkpoints import incomplete_reason, newest_complete
+
     if value is None or value is False:
         return None
     text = str(value).strip()
     if text.lower() in ("", "false", "no", "none", "0"):
         return None
+    out = Path(output_dir)
+    if text.lower() == "auto":
+        done = _finished_step(out)
+        if done is not None and (max_steps <= 0 or done >= max_steps):
+            raise RunFinished(f"{out} already finished (step {done}): nothing to do")
+        ck, skipped = newest_complete(out)
+        if ck is not None:
+            _say(f"resuming from {ck}" + (f" ({_skipped(skipped)})" if skipped else ""))
+            return str(ck)
+        rest = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        foreign = [n for n in rest if n not in _OWN_FILES and not n.startswith("checkpoint-")]
+        if foreign:
+            raise RecipeError(f"--resume_from_checkpoint auto: {out} has no complete checkpoint and holds files "
+                              f"agentrl train did not write ({', '.join(foreign[:3])}): pick another --output_dir "
+                              "or clear it with --overwrite_output_dir true")
+        if rest and int(os.environ.get("RANK", "0")) == 0:
+            _say(f"{out}: no complete checkpoint, starting over" + (f" ({_skipped(skipped)})" if skipped else ""))
+            shutil.rmtree(out)
+        return None
     if text.lower() in ("true", "last", "latest", "1", "yes"):
-        from transformers.trainer_utils import get_last_checkpoint
-
-        last = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
-        if last is None:
-            raise RecipeError(f"--resume_from_checkpoint {text}: no checkpoint-* folder in {output_dir}")
-        return last
-    if not (Path(text) / "trainer_state.json").is_file():
-        raise RecipeError(f"--resume_from_checkpoint: {text} is not a checkpoint folder (no trainer_state.json)")
+        ck, skipped = newest_complete(out)
+        if ck is None:
+            why = f" ({_skipped(skipped)})" if skipped else ""
+            raise RecipeError(f"--resume_from_checkpoint {text}: no complete checkpoint-* folder in {output_dir}{why}")
+        _say(f"resuming from {ck}" + (f" ({_skipped(skipped)})" if skipped else ""))
+        return str(ck)
+    if not Path(text).is_dir():
+        raise RecipeError(f"--resume_from_checkpoint: {text} is not a checkpoint folder")
+    why = incomplete_reason(Path(text))
+    if why is not None:
+        raise RecipeError(f"--resume_from_checkpoint: {text} is incomplete ({why})")
     return text
 
 
@@ -201,7 +260,11 @@ def main(argv: list[str] | None = None) -> int:
         if path is None:
             raise RecipeError("usage: python -m agentrl.train RECIPE.yaml [--field value ...]")
         cfg = _load(path, rest)
-        resume = resume_target(cfg.resume_from_checkpoint, cfg.output_dir)
+        try:
+            resume = resume_target(cfg.resume_from_checkpoint, cfg.output_dir, cfg.max_steps)
+        except RunFinished as e:
+            _say(str(e))
+            return 0
         prepare_output_dir(cfg, resume)
         _wandb_dir_in_run(cfg.output_dir)
         trainer = build_trainer(cfg)
@@ -211,8 +274,18 @@ def main(argv: list[str] | None = None) -> int:
         from agentrl.runinfo import write_run_info
 
         write_run_info(cfg, argv)
+    if trainer.accelerator.is_main_process:
+        from agentrl.checkpoints import clear_staging
+
+        left = clear_staging(cfg.output_dir)
+        if left:
+            _say(f"removed {', '.join(left)}: half-written by a killed run")
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(cfg.output_dir)
+    if trainer.accelerator.is_main_process:
+        from agentrl.runinfo import mark_finished
+
+        mark_finished(cfg.output_dir, trainer.state.global_step)
     return 0
 
 

@@ -1,0 +1,149 @@
+"""Checkpoints that appear only when complete, and which one a resume takes.
+
+HF's Trainer writes ``checkpoint-N/`` file by file (weights, optimizer, scheduler, RNG states,
+``trainer_state.json`` last) and resumes from the highest-numbered ``checkpoint-*`` folder, complete
+or not. A run killed during a save (a preempted node) then fails to resume: an empty folder gives
+"Can't find a valid checkpoint", a 0-byte ``optimizer.pt`` a torch load error, a missing
+``trainer_state.json`` a FileNotFoundError.
+
+Here every checkpoint is written under ``output_dir/.partial/checkpoint-N`` (every rank writes its
+share there), its files are flushed to disk, and the main process renames the folder to
+``output_dir/checkpoint-N``: a rename within one file system is atomic, so a ``checkpoint-N`` folder
+is complete or absent. ``newest_complete`` also checks folders from older versions or copied by
+hand (``trainer_state.json`` present and for step N, no 0-byte weight/optimizer/RNG file) and says
+which it skipped and why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+PREFIX = "checkpoint-"
+STAGING = ".partial"
+"""Folder in output_dir where checkpoints are written before they are renamed into place."""
+_PAYLOAD = (".pt", ".pth", ".bin", ".safetensors")
+
+
+def step_of(path: Path) -> int | None:
+    tail = path.name[len(PREFIX):] if path.name.startswith(PREFIX) else ""
+    return int(tail) if tail.isdigit() else None
+
+
+def incomplete_reason(ck: Path) -> str | None:
+    """Why ``ck`` cannot be resumed from, or None if it can."""
+    state = ck / "trainer_state.json"
+    if not state.is_file():
+        return "no trainer_state.json"
+    try:
+        step = json.loads(state.read_text()).get("global_step")
+    except (OSError, ValueError):
+        return "trainer_state.json is not valid JSON"
+    if step != step_of(ck):
+        return f"trainer_state.json is for step {step}"
+    for f in sorted(ck.rglob("*")):
+        if f.is_file() and f.suffix in _PAYLOAD and f.stat().st_size == 0:
+            return f"{f.relative_to(ck)} is empty"
+    return None
+
+
+def newest_complete(output_dir: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest resumable ``checkpoint-N`` in ``output_dir`` and the newer ones skipped, with why."""
+    out = Path(output_dir)
+    cks = sorted((p for p in out.glob(PREFIX + "*") if p.is_dir() and step_of(p) is not None),
+                 key=step_of, reverse=True) if out.is_dir() else []
+    skipped = []
+    for ck in cks:
+        why = incomplete_reason(ck)
+        if why is None:
+            return ck, skipped
+        skipped.append((ck, why))
+    return None, skipped
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush a folder's files and its directory entries to disk (a node that loses power after
+    the rename must not show a complete-looking folder of unwritten pages)."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(root))
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(staged: Path, final: Path) -> None:
+    """Rename a fully written checkpoint into place (replacing an older folder of the same name)."""
+    _fsync_tree(staged)
+    if final.exists():  # a folder for this step from before a resume: move it aside first
+        old = staged.parent / (final.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(staged, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staged, final)
+    _fsync_dir(final.parent)
+
+
+def clear_staging(output_dir: str | Path) -> list[str]:
+    """Remove checkpoints a killed run left half-written; returns their names."""
+    staging = Path(output_dir) / STAGING
+    if not staging.is_dir():
+        return []
+    names = sorted(p.name for p in staging.iterdir())
+    shutil.rmtree(staging, ignore_errors=True)
+    return names
+
+
+def install_atomic_saves(trainer) -> None:
+    """Make ``trainer`` (any HF Trainer) write each checkpoint under ``output_dir/.partial`` and
+    rename it into place once every rank has written its share."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    assert PREFIX_CHECKPOINT_DIR + "-" == PREFIX  # the folder name Trainer gives a checkpoint
+    save = trainer._save_checkpoint  # bound: the class chain's own (TRL's model card included)
+
+    def _save_checkpoint(model, trial):
+        from transformers.trainer_utils import rotate_checkpoints
+
+        run_dir = Path(type(trainer)._get_output_dir(trainer, trial=trial))
+        staging = run_dir / STAGING
+        name = f"{PREFIX}{trainer.state.global_step}"
+        if trainer.args.should_save:
+            shutil.rmtree(staging / name, ignore_errors=True)  # a leftover of an earlier attempt
+        trainer.accelerator.wait_for_everyone()
+        # Trainer builds the folder from _get_output_dir(): point it at the staging folder for
+        # this save (its own rotation then sees one checkpoint there and removes nothing)
+        trainer._get_output_dir = lambda trial=None: str(staging)
+        try:
+            save(model, trial)
+        finally:
+            del trainer._get_output_dir
+        trainer.accelerator.wait_for_everyone()  # every rank's RNG state / ZeRO shards are written
+        if trainer.args.should_save:
+            publish(staging / name, run_dir / name)
+            try:
+                staging.rmdir()  # empty unless another save is under way
+            except OSError:
+                pass
+            if trainer.state.best_model_checkpoint:
+                trainer.state.best_model_checkpoint = trainer.state.best_model_checkpoint.replace(
+                    str(staging), str(run_dir))
+            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=trainer.args.save_total_limit,
+                               best_model_checkpoint=trainer.state.best_model_checkpoint, use_mtime=False)
+        trainer.accelerator.wait_for_everyone()
+
+    trainer._save_checkpoint = _save_checkpoint
