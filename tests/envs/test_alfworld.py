@@ -1,4 +1,4 @@
-"""ALFWorld env on the real alfworld/TextWorld engine with an offline generated game set.
+"""ALFWorld env (default engine: native; TextWorld where a test reads its internals) with an offline generated game set.
 
 Needs the ``alfworld`` extra (pip install alfworld==0.4.2 textworld==1.7.0). The module builds
 one game per family and split (18 games) on first use and caches them in
@@ -163,10 +163,11 @@ def test_planner_subproblem_keeps_goal_objects_only(env):
     from agentrl.envs.alfworld.engine import pddl_env
     from agentrl.envs.alfworld.planner import reduced_problem
 
-    obs, info = env.reset(seed=0, options={"split": "train", "families": ["pick2"]})
+    tw = ALFWorldEnv(data_dir=env.root, engine="textworld")
+    obs, info = tw.reset(seed=0, options={"split": "train", "families": ["pick2"]})
     with open(os.path.join(os.path.dirname(info["game_file"]), "traj_data.json")) as f:
         target = json.load(f)["pddl_params"]["object_target"].lower()
-    pe = pddl_env(env._tw)
+    pe = pddl_env(tw._eng.tw)
     full = pe._game_data["pddl_problem"]
     small = reduced_problem(full, pe._pddl_state.facts)
     full_objs = re.findall(r"^\s*(\S+) - object\s*$", full, re.M)
@@ -175,6 +176,7 @@ def test_planner_subproblem_keeps_goal_objects_only(env):
     assert len(full_objs) > len(targets) >= 2                   # distractors exist in the game
     assert sorted(small_objs) == sorted(o.lower() for o in targets)
     assert small.endswith(full[full.index("(:goal"):])           # same goal
+    tw.close()
 
 
 def test_expert_replans_after_a_deviation(env):
@@ -318,13 +320,17 @@ def test_reused_env_plays_like_a_fresh_one(env, game_root):
     options = {"split": "train", "families": ["look"]}
     reused = expert_trace(env, 0, options)
     fresh = ALFWorldEnv(data_dir=game_root)
+    tw1, tw2 = (ALFWorldEnv(data_dir=game_root, engine="textworld") for _ in range(2))
     try:
         assert expert_trace(fresh, 0, options) == reused
         assert reused[-1][1] == 1.0 and reused[-1][4]["won"]
-        # the game's parsed logic is shared by every env of the process (GameCache)
-        assert pddl_env(fresh._tw)._logic is pddl_env(env._tw)._logic
+        # on TextWorld, the game's parsed logic is shared by every env of the process (GameCache)
+        assert expert_trace(tw1, 0, options) == reused
+        tw2.reset(seed=0, options=options)
+        assert pddl_env(tw1._eng.tw)._logic is pddl_env(tw2._eng.tw)._logic
     finally:
-        fresh.close()
+        for e in (fresh, tw1, tw2):
+            e.close()
 
 
 def test_game_cache_changes_nothing(game_root, monkeypatch):
@@ -339,13 +345,13 @@ def test_game_cache_changes_nothing(game_root, monkeypatch):
 
     originals = (fast_downward.pddl2sas, logic.GameLogic, Rule.__dict__["parse_conjunctive_query"])
     options = {"split": "valid_seen", "families": ["heat"]}
-    cached_env = ALFWorldEnv(data_dir=game_root)
+    cached_env = ALFWorldEnv(data_dir=game_root, engine="textworld")
     cached = expert_trace(cached_env, 0, options)
     cached_env.close()
     assert (fast_downward.pddl2sas, logic.GameLogic, Rule.__dict__["parse_conjunctive_query"]) == originals
     monkeypatch.setattr(engine.GameCache, "__enter__", lambda self: self)
     monkeypatch.setattr(engine.GameCache, "__exit__", lambda self, *exc: False)
-    plain_env = ALFWorldEnv(data_dir=game_root)
+    plain_env = ALFWorldEnv(data_dir=game_root, engine="textworld")
     try:
         assert expert_trace(plain_env, 0, options) == cached
     finally:

@@ -160,3 +160,53 @@ def dynamic_facts(facts) -> list[str]:
 DYNAMIC_PREDICATES = frozenset({
     "atlocation", "holds", "holdsany", "opened", "inreceptacle", "objectatlocation", "isclean",
     "ishot", "iscool", "istoggled", "ison", "issliced", "inreceptacleobject"})
+
+
+class TextWorldEngine:
+    """The reference engine behind the same small interface as
+    :class:`agentrl.envs.alfworld.native.NativeEngine`: ``load``, ``reset``, ``step``; then
+    ``feedback``, ``admissible``, ``won``, :meth:`dynamic_facts`, :meth:`plan`.
+
+    ``expert_type="handcoded"`` adds ALFWorld's ``AlfredExpert`` (:attr:`expert_plan`)."""
+
+    def __init__(self, expert_type: str | None = None):
+        self.tw = make_tw_env(expert_type)
+        self.state = None
+
+    def load(self, game_file: str) -> None:
+        with GameCache():
+            self.tw.load(game_file)
+
+    def reset(self) -> None:
+        with GameCache():
+            self.state = self.tw.reset()
+
+    def step(self, command: str) -> None:
+        with GameCache():
+            self.state, _, _ = self.tw.step(command)
+
+    @property
+    def feedback(self) -> str:
+        return self.state.feedback
+
+    @property
+    def admissible(self) -> list[str]:
+        return list(self.state["admissible_commands"])
+
+    @property
+    def won(self) -> bool:
+        return bool(self.state["won"])
+
+    @property
+    def expert_plan(self) -> list[str]:
+        return self.state.get("extra.expert_plan") or []
+
+    def dynamic_facts(self) -> list[str]:
+        return dynamic_facts(self.state["_facts"])
+
+    def plan(self, planner) -> list[str]:
+        """The planner's plan from the current state (:class:`~agentrl.envs.alfworld.planner.SubproblemPlanner`)."""
+        return planner.plan(pddl_env(self.tw))
+
+    def close(self) -> None:
+        self.tw.close()

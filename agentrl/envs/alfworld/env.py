@@ -1,8 +1,16 @@
 """ALFWorld (text) behind agentrl's TextEnv contract.
 
-Engine: the real ``alfworld`` stack as ``AlfredTWEnv`` builds it (:mod:`agentrl.envs.alfworld.engine`):
-TextWorld's ``PddlEnv`` (``alfred.pddl`` + ``alfred.twl2``) behind ``AlfredDemangler`` and
-``AlfredInfos`` (plus ``AlfredExpert`` for the handcoded expert).
+Engines (``engine``):
+
+* ``"native"`` (default): :mod:`agentrl.envs.alfworld.native`, which plays a game as the
+  TextWorld stack does (same observations, commands, won, facts and planner plans; checked move
+  for move on every shipped game by ``tests/envs/test_alfworld_native.py``), ~100x faster. A
+  game whose domain or grammar it does not implement is played on TextWorld (one warning per
+  game), and so is every game with the handcoded expert (it reads TextWorld's state).
+* ``"textworld"``: the real ``alfworld`` stack as ``AlfredTWEnv`` builds it
+  (:mod:`agentrl.envs.alfworld.engine`): TextWorld's ``PddlEnv`` (``alfred.pddl`` +
+  ``alfred.twl2``) behind ``AlfredDemangler`` and ``AlfredInfos`` (plus ``AlfredExpert`` for the
+  handcoded expert). The reference.
 
 Games (:mod:`agentrl.envs.alfworld.games`): the official ``$ALFWORLD_DATA/json_2.1.1`` games when
 present, else ``$AGENTRL_ALFWORLD_DIR`` / ``data_dir``, else an offline generated set that is
@@ -29,8 +37,9 @@ import json
 import os
 import random
 import re
+import warnings
 
-from agentrl.envs.alfworld.engine import GameCache, dynamic_facts, game_data, make_tw_env, pddl_env
+from agentrl.envs.alfworld.engine import TextWorldEngine, game_data
 from agentrl.envs.alfworld.games import (
     canonical_families,
     canonical_split,
@@ -44,6 +53,7 @@ NOTHING_HAPPENS = "Nothing happens."
 _TASK_RE = re.compile(r"Your task is to:\s*(.*?)\s*$", re.DOTALL)
 _WELCOME_RE = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*")
 EXPERT_TYPES = ("planner", "handcoded")
+ENGINES = ("native", "textworld")
 
 
 def normalize_command(cmd: str) -> str:
@@ -78,7 +88,7 @@ class ALFWorldEnv(TextEnv):
 
     def __init__(self, data_dir: str | None = None, expert_type: str = "planner",
                  auto_generate: bool = True, invalid_action_penalty: float = 0.1,
-                 history_length: int = 2, render_mode: str | None = None):
+                 history_length: int = 2, render_mode: str | None = None, engine: str = "native"):
         """
         Args:
             data_dir: game tree (official ``json_2.1.1`` or ``python -m agentrl.envs.alfworld.generate``
@@ -93,21 +103,28 @@ class ALFWorldEnv(TextEnv):
                 action (BiPACE App. J).
             history_length: (observation, action) pairs shown in the prompt.
             render_mode: only "ansi" (``render()`` returns the last observation).
+            engine: ``"native"`` (agentrl's engine, the same plays ~100x faster; games it does
+                not implement and the handcoded expert use TextWorld) or ``"textworld"`` (the
+                reference TextWorld stack).
         """
         super().__init__(invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
         if expert_type not in EXPERT_TYPES:
             raise ValueError(f"unknown expert_type {expert_type!r}; valid: {', '.join(EXPERT_TYPES)}")
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
         self.expert_type = expert_type
+        self.engine = engine
         self.data_dir = data_dir
         self.auto_generate = auto_generate
         self._root: str | None = None
-        self._tw = make_tw_env("handcoded" if expert_type == "handcoded" else None)
+        self._engines: dict[str, object] = {}
+        self._eng = None           # engine playing the current game
         self._planner = None
         self._game_file: str | None = None
         self._game_data: dict = {}
         self._game_id = ""
-        self._state = None
+        self._started = False
         self._plan: list[str] | None = None
         self._last_valid = True
 
@@ -143,62 +160,86 @@ class ALFWorldEnv(TextEnv):
         if self.expert_type == "handcoded":
             # AlfredExpert's handcoded agent breaks ties with the global `random`
             random.seed(hashlib.sha1(f"{game_file}|{seed}".encode()).hexdigest())
-        with GameCache():
-            if game_file != self._game_file:
-                self._tw.load(game_file)
-                self._game_file = game_file
-                self._game_data = game_data(game_file)
-            state = self._tw.reset()
+        if game_file != self._game_file:
+            self._eng = self._load(game_file)
+            self._game_file = game_file
+            self._game_data = game_data(game_file)
+        self._eng.reset()
         if family is None:
             from agentrl.envs.alfworld.families import TASK_TYPE_TO_FAMILY
 
             with open(os.path.join(os.path.dirname(game_file), "traj_data.json")) as f:
                 family = TASK_TYPE_TO_FAMILY.get(json.load(f)["task_type"], "unknown")
-        self._state = state
+        self._started = True
         walkthrough = self._game_data.get("walkthrough")
         self._plan = list(walkthrough) if walkthrough else None
         self._last_valid = True
         self._game_id = hashlib.sha1(os.path.relpath(game_file, os.path.dirname(
             os.path.dirname(os.path.dirname(game_file)))).encode()).hexdigest()[:12]
-        task, obs = split_intro(state.feedback)
+        task, obs = split_intro(self._eng.feedback)
         return task, obs, family, {"game_file": game_file, "split": split}
 
+    def _load(self, game_file: str):
+        """The engine for ``game_file``, with the game loaded (see the module docstring)."""
+        kind = "textworld" if self.engine == "textworld" or self.expert_type == "handcoded" else "native"
+        if kind == "native":
+            from agentrl.envs.alfworld.native import UnsupportedGame
+
+            try:
+                eng = self._engine("native")
+                eng.load(game_file)
+                return eng
+            except UnsupportedGame as e:
+                warnings.warn(f"ALFWorld native engine: {e}; this game is played on TextWorld",
+                              stacklevel=3)
+        eng = self._engine("textworld")
+        eng.load(game_file)
+        return eng
+
+    def _engine(self, kind: str):
+        if kind not in self._engines:
+            if kind == "native":
+                from agentrl.envs.alfworld.native import NativeEngine
+
+                self._engines[kind] = NativeEngine()
+            else:
+                self._engines[kind] = TextWorldEngine("handcoded" if self.expert_type == "handcoded" else None)
+        return self._engines[kind]
+
     def _execute(self, action):
-        if self._state is None:
+        if not self._started:
             raise RuntimeError("call reset() before step()")
         cmd = normalize_command(action)
-        if cmd not in self._state["admissible_commands"]:
+        if cmd not in self._eng.admissible:
             self._last_valid = False
             return NOTHING_HAPPENS, 0.0, False, False, {}
         self._last_valid = True
-        before = dynamic_facts(self._state["_facts"])
-        with GameCache():
-            state, _, _ = self._tw.step(cmd)
-        self._state = state
+        before = self._eng.dynamic_facts()
+        self._eng.step(cmd)
         if self._plan and cmd == self._plan[0]:
             self._plan = self._plan[1:]
-        elif dynamic_facts(state["_facts"]) != before:
+        elif self._eng.dynamic_facts() != before:
             self._plan = None          # deviation: replan on the next expert_action()
-        won = bool(state["won"])
-        return state.feedback.strip(), (1.0 if won else 0.0), won, True, {"won": won}
+        won = self._eng.won
+        return self._eng.feedback.strip(), (1.0 if won else 0.0), won, True, {"won": won}
 
     def admissible_actions(self) -> list[str] | None:
-        if self._state is None:
+        if not self._started:
             return None
-        return list(self._state["admissible_commands"])
+        return list(self._eng.admissible)
 
     def expert_action(self) -> str | None:
-        if self._state is None or self._state["won"]:
+        if not self._started or self._eng.won:
             return None
         if self.expert_type == "handcoded":
-            plan = self._state.get("extra.expert_plan") or []
+            plan = self._eng.expert_plan
             return plan[0] if plan else None
-        if not self._plan or self._plan[0] not in self._state["admissible_commands"]:
+        if not self._plan or self._plan[0] not in self._eng.admissible:
             if self._planner is None:
                 from agentrl.envs.alfworld.planner import SubproblemPlanner
 
                 self._planner = SubproblemPlanner()
-            self._plan = self._planner.plan(pddl_env(self._tw))
+            self._plan = self._eng.plan(self._planner)
         return self._plan[0] if self._plan else None
 
     def signatures(self, action: str | None) -> dict[str, str]:
@@ -206,9 +247,9 @@ class ALFWorldEnv(TextEnv):
         objects, open receptacles, object positions, clean/hot/cool/toggled/sliced flags) after
         the step, so equal states reached in any order share it. ``action_sig``: the
         normalized command; "invalid" for a malformed or inadmissible one; "" at reset."""
-        if self._state is None:
+        if not self._started:
             return {}
-        facts = dynamic_facts(self._state["_facts"])
+        facts = self._eng.dynamic_facts()
         sig = hashlib.sha1((self._game_id + "|" + ";".join(facts)).encode()).hexdigest()[:16]
         if action is None:
             a = "" if self._steps == 0 else "invalid"
@@ -217,11 +258,12 @@ class ALFWorldEnv(TextEnv):
         return {"state_sig": sig, "action_sig": a}
 
     def close(self):
-        for obj in (getattr(self, "_tw", None), getattr(self, "_planner", None)):
+        for obj in [*getattr(self, "_engines", {}).values(), getattr(self, "_planner", None)]:
             if obj is not None:
                 try:
                     obj.close()
                 except Exception:
                     pass
         self._planner = None
+        self._engines = {}
         super().close()

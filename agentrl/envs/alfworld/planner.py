@@ -86,7 +86,37 @@ class SubproblemPlanner:
         state = pddl_logic.PddlState(self._lib, problem, pddl_env._logic)
         return list(state.replan(pddl_env._entity_infos) or [])
 
+    def plan_facts(self, problem: str, facts, domain: str, templates: dict[str, str],
+                   names: dict[str, str]) -> list[str]:
+        """:meth:`plan` without a ``PddlEnv`` (the native engine's state): the game's problem
+        text, the current facts (Propositions), the domain text, the actions' command templates
+        and the entities' names. ``PddlState`` reads from the game logic only the domain, the
+        type registry and the templates, so a :class:`_PlanLogic` stands in for the parsed
+        grammar (~1 s of TatSu per game)."""
+        from types import SimpleNamespace
+
+        from textworld.envs.pddl import logic as pddl_logic
+
+        state = pddl_logic.PddlState(self._lib, reduced_problem(problem, facts),
+                                     _PlanLogic(domain, templates))
+        infos = {k: SimpleNamespace(name=v) for k, v in names.items()}
+        return list(state.replan(infos) or [])
+
     def close(self):
         # No dlclose (fast_downward.close_lib): unloading libdownward while TextWorld objects
         # still point into it segfaults at interpreter exit. PddlEnv never unloads its copy either.
         self._lib = None
+
+
+class _PlanLogic:
+    """What ``PddlState`` and its ``replan`` read of a TextWorld ``GameLogic``: ``domain``,
+    ``types`` (it registers the task's types there) and ``actions[name].template``."""
+
+    def __init__(self, domain: str, templates: dict[str, str]):
+        from types import SimpleNamespace
+
+        import textworld
+
+        self.domain = domain
+        self.types = textworld.logic.TypeHierarchy()
+        self.actions = {k: SimpleNamespace(template=v) for k, v in templates.items()}
