@@ -82,6 +82,9 @@ test: setup
 test-fast: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests -m "not slow"
 
+test-alfworld-native: setup
+	AGENTRL_ALFWORLD_FULL=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/envs/test_alfworld_native.py
+
 lint: setup
 	$(BIN)/ruff check agentrl tests
 
