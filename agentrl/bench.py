@@ -305,9 +305,17 @@ def _main_rollout(args: argparse.Namespace) -> int:
         print("error: --workers must be integers >= 0, --episodes and --repeats positive, --overlap from "
               "none, halves", file=sys.stderr)
         return 2
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError:
+        env_kwargs = None
+    if not isinstance(env_kwargs, dict):
+        print(f"error: --env-kwargs must be a JSON object, got {args.env_kwargs!r}", file=sys.stderr)
+        return 2
     gen, tok = eb.tiny_generate() if args.model == "tiny" else (None, None)
     try:
-        rows = [eb.bench_rollout(args.env, args.episodes, w, args.repeats, args.max_turns, gen, tok, overlap=o)
+        rows = [eb.bench_rollout(args.env, args.episodes, w, args.repeats, args.max_turns, gen, tok, overlap=o,
+                                 env_kwargs=env_kwargs)
                 for w in workers for o in args.overlap.split(",")]
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -365,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--workers", default="0,2", help="comma-separated worker counts, 0 = in-process")
     r.add_argument("--repeats", type=int, default=3, help="rollouts per count; medians are reported")
     r.add_argument("--max-turns", type=int, default=None, help="turn cap (default the env's step limit)")
+    r.add_argument("--env-kwargs", default="{}",
+                   help='JSON object of env constructor arguments, e.g. \'{"engine": "textworld"}\'')
     r.add_argument("--model", choices=["none", "tiny"], default="none",
                    help="'tiny': a tiny random model generates each turn (its tokens unused)")
     r.add_argument("--overlap", default="none",

@@ -149,11 +149,13 @@ def rollout_halves(envs, n: int, seed0: int, max_turns: int, generate=None, toke
 
 
 def bench_rollout(env_id: str, episodes: int, workers: int, repeats: int, max_turns: int | None,
-                  generate=None, tokenizer=None, timeout_s: float = 300.0, overlap: str = "none") -> dict[str, Any]:
+                  generate=None, tokenizer=None, timeout_s: float = 300.0, overlap: str = "none",
+                  env_kwargs: dict | None = None) -> dict[str, Any]:
     """Median figures over ``repeats`` rollouts with ``workers`` env workers (0 = in-process)."""
     t0 = time.perf_counter()
-    envs = LocalEnvs(env_id, {}, episodes) if workers == 0 else WorkerEnvs(
-        env_id, {}, episodes, workers=workers, timeout_s=timeout_s)
+    env_kwargs = dict(env_kwargs or {})
+    envs = LocalEnvs(env_id, env_kwargs, episodes) if workers == 0 else WorkerEnvs(
+        env_id, env_kwargs, episodes, workers=workers, timeout_s=timeout_s)
     create_s = time.perf_counter() - t0
     try:
         turns = max_turns or envs.max_episode_steps() or 30
