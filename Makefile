@@ -107,32 +107,50 @@ RUNS ?= runs
 # The recipes matching $(1), without the base recipes (_*.yaml) they are built on.
 RECIPES_IN = $(sort $(foreach f,$(wildcard $(1)),$(if $(filter _%,$(notdir $(f))),,$(f))))
 
-# $(1) accelerate config, $(2) recipe, $(3) seed, $(4) extra flags
+# $(1) accelerate config, $(2) recipe, $(3) seed, $(4) extra flags. Re-running a target skips the
+# finished runs and resumes the partial ones (--resume_from_checkpoint auto); a run that fails is
+# listed in $(FAILED) and the target goes on, then REPORT_FAILED names them all and fails.
+FAILED = $(RUNS)/.failed-$@
 define LAUNCH
-$(BIN)/accelerate launch --config_file $(1) -m agentrl.train $(2) --seed $(3) --output_dir $(RUNS)/$(notdir $(patsubst %/,%,$(dir $(2))))/$(basename $(notdir $(2)))/seed$(3) $(4)
+$(BIN)/accelerate launch --config_file $(1) -m agentrl.train $(2) --seed $(3) --output_dir $(RUNS)/$(notdir $(patsubst %/,%,$(dir $(2))))/$(basename $(notdir $(2)))/seed$(3) --resume_from_checkpoint auto $(4) || echo "$(2) seed $(3) (exit $$?)" >> $(FAILED)
 
 endef
+START_RUNS = mkdir -p $(RUNS) && rm -f $(FAILED)
+REPORT_FAILED = if [ -s $(FAILED) ]; then echo "$@: $$(wc -l < $(FAILED)) run(s) failed (re-run to retry; finished runs are skipped):"; \
+	cat $(FAILED); rm -f $(FAILED); exit 1; fi; echo "$@: every run finished"
 
 repro-bipace repro-salt repro-rtmc check-recipes: export HF_HUB_OFFLINE := $(GPU_HUB_OFFLINE)
 
 repro-bipace: setup
+	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/bipace/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+	@$(REPORT_FAILED)
 
 repro-salt: setup
+	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/salt/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+	@$(REPORT_FAILED)
 
 repro-rtmc: setup
+	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/rtmc/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+	@$(REPORT_FAILED)
 
 CPU_SEEDS ?= 0
 repro-bipace-cpu: setup
+	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/cpu/bipace_*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	@$(REPORT_FAILED)
 
 repro-salt-cpu: setup
+	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/cpu/salt_*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	@$(REPORT_FAILED)
 
 repro-rtmc-cpu: setup
+	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/cpu/rtmc_*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	@$(REPORT_FAILED)
 
 # the tiny recipes name a model folder the demo/tests build: checked against the embedded model
 check-recipes: setup
@@ -146,11 +164,15 @@ check-recipes: setup
 .PHONY: repro-appo repro-appo-cpu
 repro-appo: export HF_HUB_OFFLINE := $(GPU_HUB_OFFLINE)
 repro-appo: setup
+	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/appo/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(GPU_ACCELERATE_CONFIG),$(r),$(s),$(VLLM_FLAGS))))
+	@$(REPORT_FAILED)
 
 repro-appo-cpu: setup
 	[ -f runs/appo/tiny_warm/config.json ] || $(BIN)/python -m agentrl.trainer.appo_warm --out runs/appo/tiny_warm
+	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/appo/cpu/*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	@$(REPORT_FAILED)
 
 # --- CCPO / SEPO (arXiv 2603.21563; README "Reproducing the papers") ---------------------------
 # Tables 1-2 (GRPO: shared vs CCPO; GSPO: shared vs CCPO vs SEPO) for Qwen2.5-1.5B and Olmo-3-7B,
@@ -162,7 +184,11 @@ repro-ccpo: export HF_HUB_OFFLINE := $(GPU_HUB_OFFLINE)
 repro-ccpo: setup
 	@echo "repro-ccpo: $(words $(call RECIPES_IN,recipes/ccpo/*.yaml)) recipes x seeds $(SEEDS):"
 	@$(foreach r,$(call RECIPES_IN,recipes/ccpo/*.yaml),echo "  $(r)";)
+	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/ccpo/*.yaml),$(foreach s,$(SEEDS),$(call LAUNCH,$(CCPO_ACCELERATE_CONFIG),$(r),$(s),)))
+	@$(REPORT_FAILED)
 
 repro-ccpo-cpu: setup
+	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/ccpo/cpu/*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	@$(REPORT_FAILED)

@@ -110,17 +110,18 @@ def train_argv(r: RunSpec) -> list[str]:
     argv = [sys.executable, "-m", "agentrl.train", r.recipe, "--model_name_or_path", r.warm_start,
             "--output_dir", str(run_dir / "train"), "--seed", str(r.seed), "--max_steps", str(r.steps),
             "--save_steps", str(r.eval_every), "--credit", r.contender.credit,
-            "--credit_kwargs", json.dumps(dict(r.contender.kwargs)), "--report_to", "none"]
-    if any((run_dir / "train").glob("checkpoint-*")):
-        argv += ["--resume_from_checkpoint", "true"]
-    elif (run_dir / "train").exists():  # killed before its first checkpoint: nothing to resume
-        argv += ["--overwrite_output_dir", "true"]
+            "--credit_kwargs", json.dumps(dict(r.contender.kwargs)), "--report_to", "none",
+            # the newest complete checkpoint; a run killed before its first one starts over
+            "--resume_from_checkpoint", "auto"]
     return argv + list(r.extra)
 
 
 def _checkpoints(train_dir: Path) -> list[tuple[int, Path]]:
-    cks = [(int(p.name.split("-")[1]), p) for p in train_dir.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
-    return sorted(cks)
+    """The complete checkpoints of a run, by step (a folder a killed older version half-wrote is left out)."""
+    from agentrl.checkpoints import incomplete_reason, step_of
+
+    cks = [(step_of(p), p) for p in train_dir.glob("checkpoint-*") if step_of(p) is not None]
+    return sorted((k, p) for k, p in cks if incomplete_reason(p) is None)
 
 
 def run_one(r: RunSpec) -> dict[str, Any]:
@@ -133,13 +134,14 @@ def run_one(r: RunSpec) -> dict[str, Any]:
         return json.loads(done.read_text())
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    if not (run_dir / "train" / f"checkpoint-{r.steps}").is_dir():
+    if r.steps not in dict(_checkpoints(run_dir / "train")):
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         with (run_dir / "train.log").open("a") as log:
             rc = subprocess.call(train_argv(r), stdout=log, stderr=subprocess.STDOUT, env=env,
                                  preexec_fn=die_with_parent)
-        if rc:
-            raise RuntimeError(f"run {r.contender.label} seed {r.seed} failed (exit {rc}); see {run_dir / 'train.log'}")
+        if rc:  # reported with the others at the end; a rerun of the arena resumes it
+            return {"label": r.contender.label, "seed": r.seed,
+                    "failed": f"exit {rc}; see {run_dir / 'train.log'}"}
     train_s = time.time() - t0
     settings = HeldOutSettings(**r.heldout)
     curve = []
@@ -195,6 +197,9 @@ def _pool_run(specs: list[RunSpec], workers: int) -> list[dict[str, Any]]:
     try:
         for k, res in enumerate(it, 1):
             results.append(res)
+            if "failed" in res:
+                print(f"[arena] {k}/{n} FAILED: {res['label']} seed {res['seed']} ({res['failed']})", flush=True)
+                continue
             final = res["curve"][-1]["success"] if res["curve"] else float("nan")
             print(f"[arena] {k}/{n} done: {res['label']} seed {res['seed']} final held-out "
                   f"{final:.1f}% ({(time.time() - t0) / 60:.1f} min elapsed)", flush=True)
@@ -302,6 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     warm_res = _warm_eval(out, warm, heldout)
     results = _pool_run(specs, args.workers)
     wall = time.time() - t0
+    failed = [res for res in results if "failed" in res]
+    if failed:
+        print(f"[arena] {len(failed)} of {len(specs)} runs failed (rerun the same command to retry them; "
+              "finished runs are kept):", file=sys.stderr)
+        for res in failed:
+            print(f"  {res['label']} seed {res['seed']}: {res['failed']}", file=sys.stderr)
+        return 1
     threshold = args.threshold if args.threshold is not None else warm_res["success"] + 10.0
     summary = summarize(results, warm_res, [c.label for c in contenders], seeds, baseline, threshold, steps)
     summary.update(recipe=args.recipe, warm_start=warm, heldout=heldout, wall_s=wall, workers=args.workers)
