@@ -86,129 +86,6 @@ def test_trainer_branch_points_normalise_over_model_tokens():
     assert (rows.tolist(), pos.tolist()) == ([0], [0])
 
 
-# ============================================================================ 5. SEPO, group of one
-def test_sepo_group_of_one_gets_no_bonus():
-    from agentrl.credit.collab import sepo
-
-    # groups [0 | 1, 1], R_ver [+1 | +1, -1], eta 0.3, lambda_credit = lambda_blame = 0.2
-    # rollout 0 (alone): Thinker rates (.7, .3), Solver (.4, .6): s1 = .3*.7 + .7*.4 = .49,
-    #   s2 = .3*.6 + .7*.3 = .39, w1 = .49/.88 = .556818. Its group mean is itself: bonus = 0,
-    #   r1 = r2 = 1 exactly (the old code centred with a mean of 0 here: r1 = 1 + .2*.556818 = 1.111364).
-    # rollouts 1, 2: s1 = [.49, .29] (rollout 2: Thinker (.5, .5), Solver (.2, .8): .3*.5 + .7*.2),
-    #   s2 = [.39, .59], w1 = [.556818, .329545], mean .443182 -> bonus1 = [+.113636, -.113636]
-    #   r1 = [1 + .2*.113636, -1 - .2*(-.113636)] = [1.022727, -.977273]; bonus2 = -bonus1
-    #   r2 = [.977273, -1.022727]
-    t = [(0.7, 0.3), (0.7, 0.3), (0.5, 0.5)]
-    s = [(0.4, 0.6), (0.4, 0.6), (0.2, 0.8)]
-    c = sepo([1, 1, -1], [0, 1, 1], t, s)
-    assert c.rewards["thinker"].tolist() == [1.0, approx(1.022727), approx(-0.977273)]
-    assert c.rewards["solver"].tolist() == [1.0, approx(0.977273), approx(-1.022727)]
-    # advantages keep the authors' group-of-one rule (mean 0, std 1): 1 / (1 + 1e-6)
-    assert c.advantages["thinker"][0] == approx(1 / (1 + 1e-6))
-
-
-# ============================================================================ 4. CCPO warm-up
-def test_ccpo_warmup_default_is_the_authors_raw_signals():
-    from agentrl.credit.collab import ccpo
-
-    # one prompt of 3, a fresh state (no EMA update yet): R_joint [1, 0, 1], R_solo [0, 1, 1]
-    # -> Delta = [1, -1, 0]. Default (authors' v1 code): r1 = Delta, r2 = R_joint.
-    #   A1: mean 0, devs [1, -1, 0], sample std sqrt(2/2) = 1 -> [1, -1, 0] / (1 + 1e-6)
-    #   A2: R_joint mean 2/3, devs [1/3, -2/3, 1/3], sample var (1/9 + 4/9 + 1/9)/2 = 1/3,
-    #       std .577350 -> [.577349, -1.154699, .577349]
-    c, _ = ccpo([1, 0, 1], [0, 1, 1], [0, 0, 0])
-    assert c.rewards["thinker"].tolist() == [1.0, -1.0, 0.0]
-    assert c.rewards["solver"].tolist() == [1.0, 0.0, 1.0]
-    assert c.advantages["thinker"].tolist() == [approx(1.0), approx(-1.0), 0.0]
-    assert c.advantages["solver"].tolist() == [approx(0.577349), approx(-1.154699), approx(0.577349)]
-    # warmup="shaped" (this project's earlier form): r1 = tanh(Delta) = [.761594, -.761594, 0],
-    # r2 = .5 R_joint + .5 R_solo (gate sigmoid(0) before any update) = [.5, .5, 1]
-    s, _ = ccpo([1, 0, 1], [0, 1, 1], [0, 0, 0], warmup="shaped")
-    assert s.rewards["thinker"].tolist() == [approx(0.761594), approx(-0.761594), 0.0]
-    assert s.rewards["solver"].tolist() == [0.5, 0.5, 1.0]
-
-
-# ============================================================================ 3. Eq. 7's diagnostics
-def test_future_weight_diagnostics_are_after_the_safety_clamp():
-    from collections import defaultdict
-
-    import torch
-
-    from agentrl.trainer.appo_loss import FutureAwareLoss
-
-    class Host(FutureAwareLoss):
-        """The attributes the mixin reads from its GRPOTrainer (appo_kwargs, model, _metrics)."""
-
-        def __init__(self):
-            self.appo_kwargs = _appo_kw(decay=1.0)  # gamma = 2^(-1/1) = 0.5
-            self.model = torch.nn.Linear(1, 1)  # in training mode
-            self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-
-    # two tokens, A = [-1, 2]; Delta = log pi - log pi_old = [ln 7, 0.5]
-    #   token 0: Delta = 1.945910 > ln 3 -> left out of FutureKL; ratio 7
-    #   FutureKL = [0 + 0.5 * 0.5, 0.5] = [0.25, 0.5]; exp = [1.284025, 1.648721]
-    #   f = clip(., 1, 1.2) (high only) = [1.2, 1.2]
-    #   safety clamp: token 0 has A < 0 and ratio 7 > 6 -> f0 = clip(1.2, 0.8, 1.0) = 1.0
-    #   A~ = A (1 + f) = [-1 * 2.0, 2 * 2.2] = [-2.0, 4.4]
-    #   metrics: mean f = (1.0 + 1.2) / 2 = 1.1 (1.2 before the clamp), max 1.2
-    old = torch.tensor([[-2.0, -1.0]])
-    logps = old + torch.tensor([[math.log(7.0), 0.5]])
-    host = Host()
-    inputs = {"advantages": torch.tensor([[-1.0, 2.0]]), "completion_mask": torch.ones(1, 2),
-              "old_per_token_logps": old}
-    out = host._future_aware(logps, inputs)
-    assert out[0].tolist() == [approx(-2.0), approx(4.4)]
-    assert host.last_future["weight"][0].tolist() == [approx(1.0), approx(1.2)]
-    assert host._metrics["train"]["appo/future_weight_mean"] == [approx(1.1)]
-    assert host._metrics["train"]["appo/future_weight_max"] == [approx(1.2)]
-
-
-# ============================================================================ 6. recipes, ccpo_bonus
-def test_gspo_and_sepo_recipes_use_the_authors_settings():
-    from pathlib import Path
-
-    from agentrl.recipe_file import read_recipe_file
-
-    repo = Path(__file__).resolve().parents[2]
-    for r in sorted((repo / "recipes/ccpo").glob("t[23]_gspo_*.yaml")):
-        d = read_recipe_file(r)  # the resolved recipe (base recipes merged)
-        # sequence-level ratios clipped at [1 - 3e-4, 1 + 4e-4] (the authors' GSPO scripts), not 0.2
-        assert (d["importance_sampling_level"], d["epsilon"], d["epsilon_high"]) == ("sequence", 3e-4, 4e-4), r
-        if d["credit"] == "sepo":
-            assert d["credit_kwargs"] == {"scale": "none"}, r  # A = r - mean, the authors' scripts
-    for r in sorted((repo / "recipes/ccpo").glob("t1_grpo_*.yaml")):
-        d = read_recipe_file(r)
-        assert d["epsilon"] == 0.2 and "epsilon_high" not in d, r  # Table 5's clip, the GRPO runs
-
-
-def test_ccpo_bonus_threshold_tied_to_the_reward_scale(capsys, monkeypatch):
-    from pathlib import Path
-
-    from agentrl.credit.collab import ccpo_bonus, check_bonus_threshold
-    from agentrl.train import check_recipe
-
-    monkeypatch.chdir(Path(__file__).resolve().parents[2])
-
-    # 0/1 rewards, R_joint [1, 0], R_solo [0, 0]: the solo baseline is 0.
-    # threshold 0: "R_joint > 0 and baseline < 0" never holds (baseline >= 0 always) -> bonus 0,
-    #   r1 = R_joint = [1, 0]; threshold 0.5: 1 > .5 and 0 < .5 -> +1 on rollout 0, r1 = [1.2, 0]
-    assert ccpo_bonus([1, 0], [0, 0], [0, 0]).rewards["thinker"].tolist() == [1.0, 0.0]
-    assert ccpo_bonus([1, 0], [0, 0], [0, 0], threshold=0.5).rewards["thinker"].tolist() == [approx(1.2), 0.0]
-    check_bonus_threshold(0.5, "01")
-    check_bonus_threshold(0.0, "pm1")
-    with pytest.raises(ValueError, match=r"on 01 rewards \(0 wrong, 1 right\) never fires at threshold 0: "
-                                         r"set credit_kwargs: \{threshold: 0.5\}"):
-        check_bonus_threshold(0.0, "01")
-    with pytest.raises(ValueError, match="never fires at threshold -1"):
-        check_bonus_threshold(-1.0, "pm1")
-    # the config validation path: one line, exit code 2
-    cpu = "recipes/ccpo/cpu/ccpo_shared.yaml"
-    assert check_recipe(cpu, ["--credit", "ccpo_bonus"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "never fires at threshold 0: set credit_kwargs: {threshold: 0.5}" in err
-    assert check_recipe(cpu, ["--credit", "ccpo_bonus", "--credit_kwargs", '{"threshold": 0.5}']) == 0
-
-
 # ============================================================================ 2. branch returns
 def _step(traj, group, t, env_reward, done, **info):
     from agentrl.records import StepRecord
@@ -270,6 +147,129 @@ def test_late_branch_inherits_the_shaped_prefix():
     tok = token_advantages(records, [p0, p1], _appo_kw(budget=1))
     assert tok["P0"].tolist() == [approx(0.499999)] * 5 + [approx(0.999998)]
     assert tok["P1"].tolist() == [approx(-0.499999)] + [approx(-0.999998)] * 5
+
+
+# ============================================================================ 3. Eq. 7's diagnostics
+def test_future_weight_diagnostics_are_after_the_safety_clamp():
+    from collections import defaultdict
+
+    import torch
+
+    from agentrl.trainer.appo_loss import FutureAwareLoss
+
+    class Host(FutureAwareLoss):
+        """The attributes the mixin reads from its GRPOTrainer (appo_kwargs, model, _metrics)."""
+
+        def __init__(self):
+            self.appo_kwargs = _appo_kw(decay=1.0)  # gamma = 2^(-1/1) = 0.5
+            self.model = torch.nn.Linear(1, 1)  # in training mode
+            self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    # two tokens, A = [-1, 2]; Delta = log pi - log pi_old = [ln 7, 0.5]
+    #   token 0: Delta = 1.945910 > ln 3 -> left out of FutureKL; ratio 7
+    #   FutureKL = [0 + 0.5 * 0.5, 0.5] = [0.25, 0.5]; exp = [1.284025, 1.648721]
+    #   f = clip(., 1, 1.2) (high only) = [1.2, 1.2]
+    #   safety clamp: token 0 has A < 0 and ratio 7 > 6 -> f0 = clip(1.2, 0.8, 1.0) = 1.0
+    #   A~ = A (1 + f) = [-1 * 2.0, 2 * 2.2] = [-2.0, 4.4]
+    #   metrics: mean f = (1.0 + 1.2) / 2 = 1.1 (1.2 before the clamp), max 1.2
+    old = torch.tensor([[-2.0, -1.0]])
+    logps = old + torch.tensor([[math.log(7.0), 0.5]])
+    host = Host()
+    inputs = {"advantages": torch.tensor([[-1.0, 2.0]]), "completion_mask": torch.ones(1, 2),
+              "old_per_token_logps": old}
+    out = host._future_aware(logps, inputs)
+    assert out[0].tolist() == [approx(-2.0), approx(4.4)]
+    assert host.last_future["weight"][0].tolist() == [approx(1.0), approx(1.2)]
+    assert host._metrics["train"]["appo/future_weight_mean"] == [approx(1.1)]
+    assert host._metrics["train"]["appo/future_weight_max"] == [approx(1.2)]
+
+
+# ============================================================================ 4. CCPO warm-up
+def test_ccpo_warmup_default_is_the_authors_raw_signals():
+    from agentrl.credit.collab import ccpo
+
+    # one prompt of 3, a fresh state (no EMA update yet): R_joint [1, 0, 1], R_solo [0, 1, 1]
+    # -> Delta = [1, -1, 0]. Default (authors' v1 code): r1 = Delta, r2 = R_joint.
+    #   A1: mean 0, devs [1, -1, 0], sample std sqrt(2/2) = 1 -> [1, -1, 0] / (1 + 1e-6)
+    #   A2: R_joint mean 2/3, devs [1/3, -2/3, 1/3], sample var (1/9 + 4/9 + 1/9)/2 = 1/3,
+    #       std .577350 -> [.577349, -1.154699, .577349]
+    c, _ = ccpo([1, 0, 1], [0, 1, 1], [0, 0, 0])
+    assert c.rewards["thinker"].tolist() == [1.0, -1.0, 0.0]
+    assert c.rewards["solver"].tolist() == [1.0, 0.0, 1.0]
+    assert c.advantages["thinker"].tolist() == [approx(1.0), approx(-1.0), 0.0]
+    assert c.advantages["solver"].tolist() == [approx(0.577349), approx(-1.154699), approx(0.577349)]
+    # warmup="shaped" (this project's earlier form): r1 = tanh(Delta) = [.761594, -.761594, 0],
+    # r2 = .5 R_joint + .5 R_solo (gate sigmoid(0) before any update) = [.5, .5, 1]
+    s, _ = ccpo([1, 0, 1], [0, 1, 1], [0, 0, 0], warmup="shaped")
+    assert s.rewards["thinker"].tolist() == [approx(0.761594), approx(-0.761594), 0.0]
+    assert s.rewards["solver"].tolist() == [0.5, 0.5, 1.0]
+
+
+# ============================================================================ 5. SEPO, group of one
+def test_sepo_group_of_one_gets_no_bonus():
+    from agentrl.credit.collab import sepo
+
+    # groups [0 | 1, 1], R_ver [+1 | +1, -1], eta 0.3, lambda_credit = lambda_blame = 0.2
+    # rollout 0 (alone): Thinker rates (.7, .3), Solver (.4, .6): s1 = .3*.7 + .7*.4 = .49,
+    #   s2 = .3*.6 + .7*.3 = .39, w1 = .49/.88 = .556818. Its group mean is itself: bonus = 0,
+    #   r1 = r2 = 1 exactly (the old code centred with a mean of 0 here: r1 = 1 + .2*.556818 = 1.111364).
+    # rollouts 1, 2: s1 = [.49, .29] (rollout 2: Thinker (.5, .5), Solver (.2, .8): .3*.5 + .7*.2),
+    #   s2 = [.39, .59], w1 = [.556818, .329545], mean .443182 -> bonus1 = [+.113636, -.113636]
+    #   r1 = [1 + .2*.113636, -1 - .2*(-.113636)] = [1.022727, -.977273]; bonus2 = -bonus1
+    #   r2 = [.977273, -1.022727]
+    t = [(0.7, 0.3), (0.7, 0.3), (0.5, 0.5)]
+    s = [(0.4, 0.6), (0.4, 0.6), (0.2, 0.8)]
+    c = sepo([1, 1, -1], [0, 1, 1], t, s)
+    assert c.rewards["thinker"].tolist() == [1.0, approx(1.022727), approx(-0.977273)]
+    assert c.rewards["solver"].tolist() == [1.0, approx(0.977273), approx(-1.022727)]
+    # advantages keep the authors' group-of-one rule (mean 0, std 1): 1 / (1 + 1e-6)
+    assert c.advantages["thinker"][0] == approx(1 / (1 + 1e-6))
+
+
+# ============================================================================ 6. recipes, ccpo_bonus
+def test_gspo_and_sepo_recipes_use_the_authors_settings():
+    from pathlib import Path
+
+    from agentrl.recipe_file import read_recipe_file
+
+    repo = Path(__file__).resolve().parents[2]
+    for r in sorted((repo / "recipes/ccpo").glob("t[23]_gspo_*.yaml")):
+        d = read_recipe_file(r)  # the resolved recipe (base recipes merged)
+        # sequence-level ratios clipped at [1 - 3e-4, 1 + 4e-4] (the authors' GSPO scripts), not 0.2
+        assert (d["importance_sampling_level"], d["epsilon"], d["epsilon_high"]) == ("sequence", 3e-4, 4e-4), r
+        if d["credit"] == "sepo":
+            assert d["credit_kwargs"] == {"scale": "none"}, r  # A = r - mean, the authors' scripts
+    for r in sorted((repo / "recipes/ccpo").glob("t1_grpo_*.yaml")):
+        d = read_recipe_file(r)
+        assert d["epsilon"] == 0.2 and "epsilon_high" not in d, r  # Table 5's clip, the GRPO runs
+
+
+def test_ccpo_bonus_threshold_tied_to_the_reward_scale(capsys, monkeypatch):
+    from pathlib import Path
+
+    from agentrl.credit.collab import ccpo_bonus, check_bonus_threshold
+    from agentrl.train import check_recipe
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+
+    # 0/1 rewards, R_joint [1, 0], R_solo [0, 0]: the solo baseline is 0.
+    # threshold 0: "R_joint > 0 and baseline < 0" never holds (baseline >= 0 always) -> bonus 0,
+    #   r1 = R_joint = [1, 0]; threshold 0.5: 1 > .5 and 0 < .5 -> +1 on rollout 0, r1 = [1.2, 0]
+    assert ccpo_bonus([1, 0], [0, 0], [0, 0]).rewards["thinker"].tolist() == [1.0, 0.0]
+    assert ccpo_bonus([1, 0], [0, 0], [0, 0], threshold=0.5).rewards["thinker"].tolist() == [approx(1.2), 0.0]
+    check_bonus_threshold(0.5, "01")
+    check_bonus_threshold(0.0, "pm1")
+    with pytest.raises(ValueError, match=r"on 01 rewards \(0 wrong, 1 right\) never fires at threshold 0: "
+                                         r"set credit_kwargs: \{threshold: 0.5\}"):
+        check_bonus_threshold(0.0, "01")
+    with pytest.raises(ValueError, match="never fires at threshold -1"):
+        check_bonus_threshold(-1.0, "pm1")
+    # the config validation path: one line, exit code 2
+    cpu = "recipes/ccpo/cpu/ccpo_shared.yaml"
+    assert check_recipe(cpu, ["--credit", "ccpo_bonus"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "never fires at threshold 0: set credit_kwargs: {threshold: 0.5}" in err
+    assert check_recipe(cpu, ["--credit", "ccpo_bonus", "--credit_kwargs", '{"threshold": 0.5}']) == 0
 
 
 # ============================================================================ 7. the rating parser
