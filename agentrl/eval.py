@@ -43,6 +43,9 @@ from typing import Any
 
 from agentrl.recipe_file import first_line
 
+DEFAULT_EPISODES = 20
+"""Episodes (task seeds 0..n-1) per checkpoint unless asked otherwise; the notebook uses it too."""
+
 
 class EvalError(Exception):
     """Bad eval input: reported as one line, exit code 2."""
@@ -276,7 +279,7 @@ def evaluate(
     checkpoint: str,
     env_id: str | None = None,
     split: str = "valid",
-    episodes: int = 20,
+    episodes: int = DEFAULT_EPISODES,
     seeds: list[int] | None = None,
     seed_start: int = 0,
     families: list[str] | None = None,
@@ -398,7 +401,8 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--checkpoint", required=True, action="append",
                    help="model or adapter folder; repeat to compare several checkpoints in one table")
     p.add_argument("--split", default="valid", help="env split (train / valid / valid_seen / valid_unseen)")
-    p.add_argument("--episodes", type=int, default=20, help="number of episodes (task seeds)")
+    p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES,
+                   help=f"number of episodes (task seeds; default {DEFAULT_EPISODES})")
     p.add_argument("--seeds", default=None, help="comma-separated task seeds (overrides --episodes)")
     p.add_argument("--seed-start", type=int, default=0, help="first task seed")
     p.add_argument("--families", default=None, help="comma-separated task families to keep")
