@@ -373,7 +373,9 @@ class FiniteMDPEnv(TextEnv):
     """A generated MDP played as text: ``reset(seed=s)`` starts task ``s % tasks``; the admissible
     actions are the state's action texts (invalid ones included: the env rejects them with its
     penalty, as a real env rejects a well-formed but impossible command); the expert plays the
-    finite-horizon optimal policy. Reset options: ``split`` (train/valid: the same tasks)."""
+    finite-horizon optimal policy. The observation is always the current state's text (after a
+    rejected or malformed command too; the env's message is ``info["feedback"]``), so text keys
+    see what :mod:`agentrl.truth` samples. Reset options: ``split`` (train/valid: the same tasks)."""
 
     env_title = "a generated maze of rooms"
 
@@ -396,10 +398,7 @@ class FiniteMDPEnv(TextEnv):
         self._rng = np.random.default_rng([seed, 0x454E56])
         self._s = int(self.mdp.roots[k])
         self._family = "mdp"
-        return f"reach a goal room of task {k}", self.mdp.render(self._s, self._rng), "mdp", self._sig()
-
-    def _sig(self) -> dict[str, Any]:
-        return {"state_sig": f"s{self._s}"}
+        return f"reach a goal room of task {k}", self.mdp.render(self._s, self._rng), "mdp", {}
 
     def _execute(self, action: str):
         texts = self.mdp.action_text[self._s]
@@ -412,11 +411,15 @@ class FiniteMDPEnv(TextEnv):
         s2 = int(self.mdp.succ[self._s, a, k])
         reward = float(self.mdp.base_reward[self._s, a] + self.mdp.arrive_reward[s2])
         self._s = s2
-        extra = {"won": bool(self.mdp.goal[s2]), **self._sig()}
-        return self.mdp.render(s2, self._rng), reward, bool(self.mdp.terminal[s2]), True, extra
+        return self.mdp.render(s2, self._rng), reward, bool(self.mdp.terminal[s2]), True, {"won": bool(self.mdp.goal[s2])}
 
     def step(self, response: str):
         obs, reward, terminated, _, info = super().step(response)
+        if not info["action_valid"]:
+            # the observation is a function of the state (the truth's contract), and a rejected
+            # command leaves the state as it was: its text again, the env's message in info
+            info["feedback"] = obs
+            obs = self._obs = self.mdp.render(self._s, self._rng)
         # the MDP's own step limit: its truth (agentrl.truth) is computed for this horizon
         return obs, reward, terminated, not terminated and self._steps >= self.config.horizon, info
 
@@ -424,7 +427,8 @@ class FiniteMDPEnv(TextEnv):
         return list(self.mdp.action_text[self._s]) or None
 
     def signatures(self, action: str | None) -> dict[str, str]:
-        return {"action_sig": action or ""}
+        """RTMC's signatures: the true state the observation shows, and the action text."""
+        return {"state_sig": f"s{self._s}", "action_sig": action or ""}
 
     def expert_action(self) -> str | None:
         if self.mdp.terminal[self._s]:

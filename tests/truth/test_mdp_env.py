@@ -116,7 +116,8 @@ def test_env_plays_the_arrays():
     assert set(info["admissible_actions"]) == set(inner.mdp.action_text[inner._s])
     # a malformed response: the penalty, the same state, no crash
     obs2, r, term, trunc, info = env.step("go north")
-    assert r == -inner.config.penalty and not term and not info["action_valid"] and obs2.startswith("Invalid")
+    assert r == -inner.config.penalty and not term and not info["action_valid"]
+    assert obs2 == obs and info["feedback"].startswith("Invalid response")  # the state's own text again
     # an invalid action by name: rejected with the same penalty
     s = inner._s
     bad = inner.mdp.action_text[s][int(np.flatnonzero(inner.mdp.kind[s] == INVALID)[0])]
