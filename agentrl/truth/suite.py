@@ -13,7 +13,7 @@ import numpy as np
 
 from agentrl.arena_stats import auc, holm_verdicts, mean_se, median_steps, steps_to
 from agentrl.envs.mdp import FAMILIES, family_config
-from agentrl.truth.race import RaceSettings, run, threshold
+from agentrl.truth.race import RaceSettings, run
 from agentrl.truth.score import (
     Contender,
     SeedScores,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agentrl.credit import compute
 from agentrl.envs.mdp import MDPConfig, generate
 from agentrl.truth.exact import TabularPolicy, objective, occupancy, optimal_objective, truth, values
 from agentrl.truth.sample import rollouts, sample_batch
 from agentrl.truth.score import cosine, gradient_estimate, mean_direction_cosine, pearson
-from agentrl.credit import compute
 
 TINY = MDPConfig(depth=2, horizon=4, moves=2, distractors=1, invalid=1, recurrence=0.5, trap=0.3, goal_frac=0.5,
                  step_reward=0.3, slip=0.25, tasks=2)

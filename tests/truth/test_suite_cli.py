@@ -10,10 +10,10 @@ import pytest
 
 from agentrl.arena_stats import holm, holm_verdicts, normal_p
 from agentrl.cli import main as cli_main
+from agentrl.envs.mdp import MDPConfig
 from agentrl.truth.__main__ import main as truth_main
 from agentrl.truth.race import Adam, RaceSettings, run, threshold
 from agentrl.truth.score import grpo_equivalent, parse_contender
-from agentrl.envs.mdp import MDPConfig
 
 
 def test_holm_adjusted_p_values():
