@@ -306,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from agentrl.runinfo import quiet_wandb_banner
+
+    quiet_wandb_banner()
     if args.warm_only:
         return _warm_only(Path(args.out), args.design, args.quick, args.seed)
     s = run(Path(args.out), args.design, args.quick, args.seed, args.rl_steps, warm)

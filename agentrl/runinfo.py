@@ -88,7 +88,11 @@ def write_run_info(cfg, argv: list[str] | None = None) -> None:
     header = "# The resolved recipe of this run (after CLI overrides), written by agentrl train.\n"
     (out / RECIPE_FILE).write_text(header + yaml.safe_dump(resolved_recipe(cfg), sort_keys=False))
     info = {"agentrl": __version__, "python": sys.version.split()[0], "libraries": library_versions(),
-            "git": git_commit(), "command": [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])],
+            "git": git_commit(),
+            # the process's own command line (python -m agentrl.demo ..., accelerate's python -u ...)
+            # and the arguments agentrl train was given (the same, or what the demo passed it)
+            "command": list(getattr(sys, "orig_argv", sys.argv)),
+            "train_args": list(argv if argv is not None else sys.argv[1:]),
             "cwd": os.getcwd(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
     (out / RUN_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
@@ -104,6 +108,36 @@ def mark_finished(output_dir: str | Path, global_step: int) -> None:
         info = {}
     info.update(finished_step=global_step, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     p.write_text(json.dumps(info, indent=2) + "\n")
+
+
+def name_base_model(trainer, base: str) -> None:
+    """TRL's model card names the base model only when it is a hub id ("fine-tuned version of
+    [None]" for a local folder): after TRL writes it, name ``base`` (the recipe's
+    ``model_name_or_path``) instead."""
+    create = trainer.create_model_card
+
+    def create_model_card(*args, **kwargs):
+        create(*args, **kwargs)
+        card = Path(trainer.args.output_dir) / "README.md"
+        if trainer.is_world_process_zero() and card.is_file():
+            text = card.read_text()
+            fixed = text.replace("[None](https://huggingface.co/None)", f"`{base}` (a local model folder)")
+            if fixed != text:
+                card.write_text(fixed)
+
+    trainer.create_model_card = create_model_card
+
+
+def quiet_wandb_banner() -> None:
+    """Import transformers' integrations with WANDB_MODE unset: at import they print "[INFO]
+    Running in WANDB offline mode" whenever WANDB_MODE=offline, even for a run that does not
+    report to wandb (wandb, when used, says so itself). Call before anything imports TRL."""
+    mode = os.environ.pop("WANDB_MODE", None)
+    try:
+        import transformers.integrations.integration_utils  # noqa: F401
+    finally:
+        if mode is not None:
+            os.environ["WANDB_MODE"] = mode
 
 
 def _settings_from_args(args: Any) -> dict[str, Any]:

@@ -47,8 +47,16 @@ def load_records(path: str) -> list[dict[str, Any]]:
     from agentrl.records import read_jsonl
 
     p = Path(path)
-    if not p.is_file():
-        raise ShowError(f"rollouts file not found: {path}")
+    if p.is_dir():  # a run folder (or its rollouts/): its newest iteration
+        files = sorted((p / "rollouts").glob("iter_*.jsonl")) or sorted(p.glob("iter_*.jsonl"))
+        if not files:
+            raise ShowError(f"{path} has no saved rollouts: train with `save_rollouts: true` in the recipe "
+                            "(or --save_rollouts true) to keep each iteration's episodes in OUT/rollouts/")
+        print(f"agentrl show: {files[-1]} (the newest of {len(files)} iterations)", file=sys.stderr)
+        p = files[-1]
+    elif not p.is_file():
+        raise ShowError(f"rollouts file not found: {path} (a run writes OUT/rollouts/iter_XXXXX.jsonl "
+                        "with `save_rollouts: true`)")
     try:
         records = list(read_jsonl(p))
     except ValueError as e:
@@ -116,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.credit.compare import _parse_kw
 
     ap = argparse.ArgumentParser(prog="agentrl show", description=__doc__.split("\n\n")[1].replace("\n", " "))
-    ap.add_argument("rollouts", help="JSONL step records (output_dir/rollouts/iter_XXXXX.jsonl)")
+    ap.add_argument("rollouts", help="JSONL step records (output_dir/rollouts/iter_XXXXX.jsonl), or a run "
+                    "folder (its newest iteration)")
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--traj", default=None, help="show this trajectory (traj_id)")
     which.add_argument("--group", default=None, help="show every trajectory of this group (group_id)")

@@ -31,6 +31,9 @@ def _load(path: str | None, overrides: list[str]) -> AgentRLConfig:
     """Export the recipe's env: block, then import TRL and build the validated config."""
     if path is not None:
         apply_recipe_env(read_recipe_file(path))
+    from agentrl.runinfo import quiet_wandb_banner
+
+    quiet_wandb_banner()
     from agentrl.config import load_recipe
 
     return load_recipe(path, overrides)
@@ -119,8 +122,10 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
     trainer = cls(model=model_path, args=cfg, processing_class=tok, peft_config=build_peft_config(cfg), hooks=hooks)
     _install_callbacks(trainer)
     from agentrl.checkpoints import install_atomic_saves
+    from agentrl.runinfo import name_base_model
 
     install_atomic_saves(trainer)
+    name_base_model(trainer, cfg.model_name_or_path)
     return trainer
 
 

@@ -176,3 +176,7 @@ def test_show_episode_turn_by_turn(tmp_path, capsys):
     assert out.count("run (grpo) -0.7071, grpo -0.7071") == 2
     assert main([str(path), "--group", "nope"]) == 2
     assert "no group_id 'nope'" in capsys.readouterr().err
+    # a run folder: its newest iteration, named on stderr
+    write_jsonl(recs[:2], run / "rollouts" / "iter_00001.jsonl")
+    assert main([str(run), "--traj", "s0:r0:0"]) == 0
+    assert "iter_00001.jsonl (the newest of 2 iterations)" in capsys.readouterr().err

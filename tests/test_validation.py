@@ -203,7 +203,7 @@ def test_resolved_recipe_round_trips(tmp_path):
     assert saved == resolved_recipe(cfg)
     info = json.loads((out / "run_info.json").read_text())
     assert info["agentrl"] and info["libraries"]["trl"] and "commit" in info["git"]
-    assert info["command"][-2:] == ["--learning_rate", "3e-5"]
+    assert info["train_args"] == ["r.yaml", "--learning_rate", "3e-5"] and info["command"] == sys.orig_argv
     again = load_recipe(str(out / "recipe.yaml"), [])  # the resolved recipe is a valid recipe
     assert resolved_recipe(again) == resolved_recipe(cfg)
 

@@ -49,6 +49,14 @@ def test_accelerate_launch_recipe_one_process(tmp_path, tiny_model_dir):
     assert (out / "model.safetensors").is_file() and (out / "checkpoint-1" / "trainer_state.json").is_file()
     assert _episodes(out) == 8  # 2 tasks x 4 rollouts on one process
     assert "agentrl: " not in r.stderr  # the launch matches the recipe's cpu.yaml: nothing to say
+    # the run folder explains itself: the real command, the base model on the card, no wandb
+    # message for a run that does not report to wandb, and where the rollouts would be
+    assert "WANDB" not in r.stdout + r.stderr
+    cmd = json.loads((out / "run_info.json").read_text())["command"]
+    assert cmd[0] == sys.executable and cmd[cmd.index("-m") + 1:cmd.index("-m") + 3] == ["agentrl.train", TINY]
+    assert f"fine-tuned version of `{tiny_model_dir}` (a local model folder)" in (out / "README.md").read_text()
+    s = subprocess.run([sys.executable, "-m", "agentrl", "show", str(out)], capture_output=True, text=True)
+    assert s.returncode == 2 and len(s.stderr.strip().splitlines()) == 1 and "`save_rollouts: true`" in s.stderr
 
 
 def test_accelerate_launch_relaunches_under_the_recipes_config(tmp_path, tiny_model_dir):
