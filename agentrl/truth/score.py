@@ -31,8 +31,11 @@ from agentrl.envs.mdp import FiniteMDP, MDPConfig, generate
 from agentrl.truth.exact import TabularPolicy, Truth, truth
 from agentrl.truth.sample import Sample, sample_batch
 
-VARIANTS = ("gigpo:episode_stats=steps:episode_singleton=raw", "bigpo:embedder=hash_ngram", "rtmc:std_norm=true")
-"""Settings of the authors' code (or a text-only fingerprint) raced beside the registered defaults."""
+VARIANTS = ("gigpo:norm=mean", "gigpo:episode_stats=steps:episode_singleton=raw", "bigpo:embedder=hash_ngram",
+            "hgpo:base_group=true", "rtmc:signature=history")
+"""Scored beside the registered defaults: GiGPO without the std division, GiGPO as its authors'
+code computes the episode term, BiGPO on a text-only fingerprint, HGPO with its authors'
+base_group item, RTMC without the env's state signature."""
 GRPO_MULTIPLES = (1, 2, 4, 8, 16, 32)
 """Batch multiples m at which GRPO's cosine is measured for ``grpo_equivalent``."""
 
@@ -206,10 +209,10 @@ def grpo_equivalent(cos: float, grpo_by_m: dict[int, float]) -> float | None:
     even the largest multiple does not reach it."""
     ms = sorted(grpo_by_m)
     ys = [grpo_by_m[m] for m in ms]
-    if cos <= ys[0]:
+    if cos < ys[0]:
         return 0.0
     for (m0, y0), (m1, y1) in zip(zip(ms, ys, strict=True), zip(ms[1:], ys[1:], strict=True), strict=False):
-        if y0 < cos <= y1:
+        if y0 <= cos <= y1 and y1 > y0:
             x0, x1 = math.log2(m0), math.log2(m1)
             return float(2 ** (x0 + (cos - y0) / (y1 - y0) * (x1 - x0)))
     return None

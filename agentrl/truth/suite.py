@@ -24,8 +24,9 @@ from agentrl.truth.score import (
     score_seed,
 )
 
-RACE_DEFAULT = ("grpo", "rloo", "gigpo", "hgpo", "bigpo:embedder=hash_ngram", "bipace_q", "rtmc", "salt")
-"""The LLM arena's contenders (``make arena``), raced here too."""
+RACE_DEFAULT = ("grpo", "rloo", "gigpo", "hgpo", "bigpo:embedder=hash_ngram", "bipace_q", "rtmc", "salt",
+                "gigpo:norm=mean", "rtmc:signature=history")
+"""The LLM arena's eight contenders (``make arena``), and the two variants the scores single out."""
 BASELINE = "grpo"
 GAP = 0.9
 """Steps to threshold: the first update whose J closes this share of the gap to J*."""
@@ -119,6 +120,8 @@ def aggregate_scores(per_seed: list[SeedScores], labels: list[str], Gs: tuple[in
                                 for k in ("corr", "sign", "cos", "bias")} for lab in labels}
     ms = sorted(per_seed[0].grpo_cos_by_m)
     by_m = {m: float(np.mean([s.grpo_cos_by_m[m] for s in per_seed])) for m in ms}
+    if BASELINE in labels:  # anchor m = 1 on the scored batches, so that GRPO itself reads 1.0x
+        by_m[1] = out["by_G"][G][BASELINE]["cos"]["mean"]
     out["grpo_cos_by_multiple"] = by_m
     out["grpo_equivalent"] = {lab: grpo_equivalent(out["by_G"][G][lab]["cos"]["mean"], by_m) for lab in labels}
     return out

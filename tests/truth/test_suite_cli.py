@@ -45,6 +45,7 @@ def test_grpo_equivalent_interpolates_on_log2():
     assert grpo_equivalent(0.5, by_m) == pytest.approx(2.0)
     assert grpo_equivalent(0.6, by_m) == pytest.approx(2 ** 1.5)  # halfway between m=2 and m=4 in log2
     assert grpo_equivalent(0.3, by_m) == 0.0  # GRPO's own batch does better
+    assert grpo_equivalent(0.4, by_m) == 1.0  # GRPO itself
     assert grpo_equivalent(0.9, by_m) is None  # beyond the largest multiple
 
 
@@ -77,6 +78,7 @@ def test_truth_quick_writes_reproducible_results(tmp_path, capsys):
     assert set(a["not_runnable"]) == {"shared", "ccpo", "ccpo_bonus", "sepo"}
     gr = a["scores"]["recurrent"]["by_G"]["8"]["grpo"]
     assert 0 < gr["cos"]["mean"] < 1 and gr["cos"]["se"] > 0
+    assert a["scores"]["recurrent"]["grpo_equivalent"]["grpo"] == 1.0
     # a reused folder is refused, in one line
     capsys.readouterr()
     assert truth_main(["--quick", "--out", str(out1)]) == 2
