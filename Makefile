@@ -30,6 +30,10 @@ help:
 	@echo "make repro-bipace|repro-salt|repro-rtmc [SEEDS='0 1 2'] [VLLM=1] - the papers' GPU runs"
 	@echo "make repro-bipace-cpu|repro-salt-cpu|repro-rtmc-cpu - SmolLM2 CPU subsets (minutes)"
 	@echo "make repro-appo|repro-ccpo [SEEDS=...] - APPO / CCPO-SEPO GPU runs; repro-appo-cpu|repro-ccpo-cpu - CPU subsets"
+	@echo "make demo-quick  - the demo in minutes (runs/demo-quick); make arena-quick - a 2-step arena (runs/arena-quick)"
+	@echo "make test-fast   - the test suite without the slow tests; make test-alfworld-native - the native ALFWorld engine's tests"
+	@echo "make check-recipes - validate every recipe (agentrl check-recipe); make clean - remove runs/ and caches"
+	@echo "make help   - this list; re-running repro-* / arena skips finished runs and resumes partial ones"
 	@echo "make -n <target> shows the exact commands"
 
 setup: $(VENV)/.setup-done

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrl.cli_args import both_spellings
+
 
 class ArenaError(Exception):
     """Bad arena input: one line, exit code 2."""
@@ -259,7 +261,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--baseline", default=None, help="estimator label the others are compared with (default: the first)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra recipe override for every run (e.g. --set learning_rate=1e-4)")
-    return p.parse_args(argv)
+    return both_spellings(p).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

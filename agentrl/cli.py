@@ -40,7 +40,8 @@ subcommands:
 def _usage() -> str:
     lines = ["usage: agentrl [--version] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name:<13} {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "`agentrl COMMAND --help` describes each command."]
+    lines += ["", "`agentrl COMMAND --help` describes each command. Every flag takes dashes or underscores",
+              "(--env-kwargs or --env_kwargs)."]
     return "\n".join(lines)
 
 
@@ -78,8 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, AttributeError) as e:
         print(f"agentrl {cmd}: not available in this installation ({e})", file=sys.stderr)
         return 2
+    from agentrl.cli_args import every_parser_takes_both_spellings
+
     try:
-        rc = fn(rest)
+        with every_parser_takes_both_spellings():  # --env-kwargs or --env_kwargs, in every command
+            rc = fn(rest)
     except SystemExit as e:  # argparse's --help (0) and usage errors (2)
         rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     return int(rc or 0)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrl.cli_args import both_spellings
+
 ENV_ID = "agentrl/TextCraft-v0"
 ENV_KWARGS = {"prompt_style": "compact"}
 FAMILIES = ["depth2"]
@@ -291,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-start", default=None, help="reuse this SFT checkpoint (skip the model build and SFT)")
     p.add_argument("--warm-only", action="store_true",
                    help="build the model and its SFT warm start only (OUT/sft), e.g. for `agentrl arena`")
-    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    args = both_spellings(p).parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.design not in DESIGNS:
         print(f"agentrl demo: unknown --design {args.design!r}; valid: {', '.join(DESIGNS)}", file=sys.stderr)
         return 2

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentrl.cli_args import both_spellings
 from agentrl.recipe_file import first_line
 
 DEFAULT_EPISODES = 20
@@ -423,7 +424,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     g.add_argument("--max-prompt-tokens", type=int, default=None, help="prompt budget per turn")
     g.add_argument("--stop-strings", default=None,
                    help="comma-separated strings that end a turn, e.g. '</python>,</answer>' (training's stop_strings)")
-    return p.parse_args(argv)
+    return both_spellings(p).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE + "\n\n" + __doc__.strip())
         return 0
-    dry = "--dry-run" in argv
-    argv = [a for a in argv if a != "--dry-run"]
+    dry = bool({"--dry-run", "--dry_run"} & set(argv))
+    argv = [a for a in argv if a not in ("--dry-run", "--dry_run")]
     if not argv or argv[0].startswith("-"):
         print(USAGE, file=sys.stderr)
         return 2

@@ -26,6 +26,8 @@ import re
 import sys
 from pathlib import Path
 
+from agentrl.cli_args import both_spellings
+
 SUCCESS_KEY = "env/success"
 SINGLETON_KEY = "credit/singleton_frac"
 INVALID_KEY = "env/invalid_action_rate"
@@ -319,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smooth", type=int, default=5,
                    help="trailing moving average over this many logged steps (1 = raw; default 5)")
     p.add_argument("--labels", default=None, help="comma-separated labels, one per run group")
-    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    args = both_spellings(p).parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         thresholds = [float(t) for t in args.thresholds.split(",")]
         labels = args.labels.split(",") if args.labels else None

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.actions import ACTION_OPEN, format_action
+from agentrl.cli_args import both_spellings
 
 
 class SFTError(Exception):
@@ -313,10 +314,11 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--history-length", type=int, default=2, help="steps of history in window prompts (as in RL)")
     p.add_argument("--max-steps", type=int, default=-1, help="optimizer steps (overrides --epochs when > 0)")
     p.add_argument("--epochs", type=float, default=1.0, help="passes over the expert data")
-    p.add_argument("--lr", type=float, default=1e-4, help="learning rate (constant)")
+    p.add_argument("--learning-rate", "--lr", dest="lr", type=float, default=1e-4,
+                   help="learning rate (constant; the recipe key's name, as in agentrl train)")
     p.add_argument("--batch-size", type=int, default=8, help="examples per optimizer step")
     p.add_argument("--seed", type=int, default=0, help="training seed")
-    return p.parse_args(argv)
+    return both_spellings(p).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from agentrl.cli_args import both_spellings
 from agentrl.recipe_file import first_line
 
 
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="EST.KWARG=VALUE",
                     help="estimator kwarg, repeatable (the run's gamma is used unless set)")
     ap.add_argument("--width", type=int, default=160, help="characters per text field (0 = all)")
-    args = ap.parse_args(argv)
+    args = both_spellings(ap).parse_args(argv)
     try:
         records = load_records(args.rollouts)
         if args.traj is None and args.group is None:

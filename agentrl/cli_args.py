@@ -1,0 +1,44 @@
+"""One flag convention for every ``agentrl`` command: ``--env-kwargs`` and ``--env_kwargs`` both work.
+
+``agentrl train`` / ``check-recipe`` take recipe keys as flags (snake_case, TRL's own names) and
+the other commands were written with argparse in kebab-case; a user should not have to remember
+which. ``both_spellings(parser)`` makes an argparse parser accept each long option with dashes
+or underscores (help keeps the declared spelling); ``agentrl``'s dispatcher applies it to every
+parser its subcommands parse with, and the modules call it too for ``python -m agentrl.X``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+
+def both_spellings(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Register ``--a_b`` for every ``--a-b`` (and the reverse) on ``parser`` and its subparsers."""
+    table = parser._option_string_actions  # argparse looks options up here (stable since 3.2)
+    for action in list(parser._actions):
+        for opt in list(action.option_strings):
+            if opt.startswith("--"):
+                for alt in ("--" + opt[2:].replace("-", "_"), "--" + opt[2:].replace("_", "-")):
+                    table.setdefault(alt, action)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                both_spellings(sub)
+    return parser
+
+
+@contextlib.contextmanager
+def every_parser_takes_both_spellings():
+    """Within the block, every ``ArgumentParser.parse_known_args`` (``parse_args`` included) first
+    applies ``both_spellings``: the dispatcher wraps each subcommand in it."""
+    orig = argparse.ArgumentParser.parse_known_args
+
+    def parse_known_args(self, args=None, namespace=None):
+        both_spellings(self)
+        return orig(self, args, namespace)
+
+    argparse.ArgumentParser.parse_known_args = parse_known_args
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.parse_known_args = orig

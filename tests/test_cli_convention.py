@@ -1,0 +1,82 @@
+"""One CLI convention: every command takes --dashes-or --under_scores, every --help is fast, the
+shipped recipe-keys help is current, and `make help` names every target."""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentrl.cli import COMMANDS, main
+from agentrl.cli_args import both_spellings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_both_spellings_unit():
+    p = argparse.ArgumentParser()
+    p.add_argument("--env-kwargs")
+    p.add_argument("--max_turns", type=int)
+    p.add_argument("--lr", "--learning-rate", dest="lr", type=float)
+    both_spellings(p)
+    a = p.parse_args(["--env_kwargs", "{}", "--max-turns", "3", "--learning_rate", "0.1"])
+    assert (a.env_kwargs, a.max_turns, a.lr) == ("{}", 3, 0.1)
+    assert "--env_kwargs" not in p.format_help()  # help keeps the declared spelling
+
+
+@pytest.mark.parametrize("cmd", [*COMMANDS, "credit compare"])
+def test_every_help_is_fast(cmd, tmp_path):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))  # train --help: the shipped keys help
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "agentrl", *cmd.split(), "--help"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120)
+    took = time.time() - t0
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr[-2000:]
+    assert took < 2.0 or os.getloadavg()[0] > 2 * (os.cpu_count() or 1), f"{cmd} --help took {took:.1f} s"
+
+
+def test_shipped_recipe_keys_help_is_current():
+    from agentrl.config import recipe_keys_help
+    from agentrl.train import KEYS_HELP, _keys_fingerprint
+
+    head, _, body = KEYS_HELP.read_text().partition("\n")
+    fix = 'python -c "from agentrl.train import write_keys_help; write_keys_help()"'
+    assert head == f"# {_keys_fingerprint()}" and body.rstrip("\n") == recipe_keys_help(), f"stale: run {fix}"
+
+
+def test_snake_and_kebab_flags_everywhere(capsys, tmp_path):
+    # eval: --env_kwargs was "unrecognized"; now the checkpoint check answers
+    assert main(["eval", "--checkpoint", str(tmp_path / "none"), "--env_kwargs", "{}", "--max_new_tokens", "4"]) == 2
+    assert "has no record of its training env" in capsys.readouterr().err
+    # arena: --warm_start and --eval_every reach the contender check
+    assert main(["arena", "recipes/textcraft_grpo_tiny_cpu.yaml", "--estimators", "grpo,nosuch", "--out",
+                 str(tmp_path / "a"), "--warm_start", str(tmp_path), "--eval_every", "1"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+    # launch: --dry_run beside --accelerate_config
+    assert main(["launch", "recipes/nosuch.yaml", "--dry_run"]) == 2
+    assert "recipe not found" in capsys.readouterr().err
+    # show: a run folder without rollouts
+    assert main(["show", str(tmp_path), "--width", "80"]) == 2
+    assert "save_rollouts: true" in capsys.readouterr().err
+    # sft takes the recipe key's name for the learning rate, in both spellings
+    from agentrl.sft import _parse_args
+
+    assert _parse_args(["--env", "x", "--model", "m", "--out", "o", "--learning_rate", "3e-4"]).lr == 3e-4
+    assert _parse_args(["--env", "x", "--model", "m", "--out", "o", "--learning-rate", "3e-4"]).lr == 3e-4
+
+
+def test_make_help_lists_every_target():
+    text = (REPO / "Makefile").read_text()
+    targets = set()
+    for line in text.splitlines():
+        m = re.match(r"^([a-z][a-z0-9 -]*):(?!=)", line)
+        if m:
+            targets.update(m.group(1).split())
+    r = subprocess.run(["make", "-s", "-o", ".venv/.setup-done", "help"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    words = set(re.split(r"[\s|]+", r.stdout))
+    assert targets and not sorted(t for t in targets if t not in words)
