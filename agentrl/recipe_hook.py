@@ -75,15 +75,38 @@ def describe(num_processes: int, zero_stage: int | None) -> str:
     return f"{procs}, DeepSpeed ZeRO-{zero_stage}" if zero_stage else f"{procs}, no DeepSpeed"
 
 
-def recipe_launch(cfg_file: Path) -> tuple[int, int | None]:
-    """(processes, DeepSpeed ZeRO stage or None) that an accelerate config file asks for."""
+def _config(cfg_file: Path) -> dict:
     import yaml
 
-    d = yaml.safe_load(cfg_file.read_text()) or {}
+    return yaml.safe_load(cfg_file.read_text()) or {}
+
+
+def recipe_launch(cfg_file: Path) -> tuple[int, int | None]:
+    """(processes, DeepSpeed ZeRO stage or None) that an accelerate config file asks for."""
+    d = _config(cfg_file)
     n = int(d.get("num_processes") or 1) * int(d.get("num_machines") or 1)
     ds = str(d.get("distributed_type", "")).upper() == "DEEPSPEED"
     stage = int((d.get("deepspeed_config") or {}).get("zero_stage", 0) or 0) if ds else None
     return n, stage
+
+
+def missing_gpus(cfg_file: Path) -> str | None:
+    """Why this machine cannot run the config (it asks for more GPUs than are visible), or None."""
+    d = _config(cfg_file)
+    # a config for GPUs names them or a GPU precision (a CPU run under MULTI_GPU/DeepSpeed works)
+    for_gpus = str(d.get("mixed_precision", "no")) in ("bf16", "fp16", "fp8") or d.get("gpu_ids") not in (None, "all")
+    if d.get("use_cpu") or not for_gpus or int(d.get("num_machines") or 1) > 1:
+        return None
+    want = int(d.get("num_processes") or 1)
+    try:
+        import torch
+
+        have = torch.cuda.device_count()
+    except Exception:  # no torch: agentrl.train says so
+        return None
+    if have >= want:
+        return None
+    return f"{want} GPU{'s' if want != 1 else ''}, this machine has {have}"
 
 
 def current_launch() -> tuple[int, int | None]:
@@ -139,8 +162,9 @@ def _python_argv() -> list[str]:
 
 
 def plan(path: str, data: dict, args: list[str], parent_argv: list[str]) -> tuple[str, list[str] | None]:
-    """What to do: ("train", None), ("relaunch", accelerate argv) or ("exit", None), after any
-    message for the user has been printed."""
+    """What to do: ("train", None), ("relaunch", accelerate argv), ("exit", None) (a rank other
+    than 0 of a launch being re-launched) or ("fail", None) (exit 2: the recipe's launch cannot run
+    here), after any message for the user has been printed."""
     cfg_value = data.get("accelerate_config")
     if not cfg_value or os.environ.get(RELAUNCHED) or {"-h", "--help"} & set(args):
         return "train", None
@@ -157,6 +181,12 @@ def plan(path: str, data: dict, args: list[str], parent_argv: list[str]) -> tupl
         return "train", None
     if _rank() != 0:
         return "exit", None  # rank 0 re-launches the whole run
+    short = missing_gpus(cfg_file)
+    if short:
+        _say(f"the recipe's accelerate_config {cfg_value} ({describe(*want)}) needs {short}: run it on such a "
+             f"node, or choose the launch yourself (e.g. accelerate launch --config_file accelerate_configs/cpu.yaml "
+             f"{path} ...)")
+        return "fail", None
     cmd = [*_python_argv(), "-m", "accelerate.commands.launch", "--config_file", str(cfg_file)]
     if have[0] > 1:  # the outer launch's rendezvous holds its port
         cmd += ["--main_process_port", str(_free_port())]
@@ -190,6 +220,8 @@ def run_if_recipe() -> None:
     sys.stderr.flush()
     if action == "exit":
         os._exit(0)
+    if action == "fail":
+        os._exit(2)
     if action == "relaunch":
         os.environ[RELAUNCHED] = "1"
         os.execv(cmd[0], [*cmd, "-m", "agentrl.train", path, *args])

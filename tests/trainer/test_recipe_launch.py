@@ -97,6 +97,7 @@ def _plan(monkeypatch, tmp_path, recipe, parent, **env):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.chdir(REPO)
+    monkeypatch.setattr(recipe_hook, "missing_gpus", lambda cfg: None)  # as on a 4-GPU node
     return recipe_hook.plan(recipe, read_recipe_file(REPO / recipe), [], parent)
 
 
@@ -131,3 +132,13 @@ def test_default_accelerate_config_counts_as_chosen(monkeypatch, tmp_path, capsy
     card = "recipes/alfworld_bipace.yaml"
     assert _plan(monkeypatch, tmp_path, card, ["python", "accelerate", "launch", card]) == ("train", None)
     assert "training as launched" in capsys.readouterr().err
+
+
+def test_card_command_without_the_gpus_is_one_line(tmp_path):
+    # the card's recipe asks for 4 GPUs under ZeRO-3: on a machine without them, one line and exit 2
+    # (under `accelerate launch` accelerate then adds its own report of the exit status)
+    r = subprocess.run([sys.executable, "recipes/alfworld_bipace.yaml"], cwd=REPO,
+                       env=_env(tmp_path, CUDA_VISIBLE_DEVICES=""), capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert "needs 4 GPUs, this machine has 0" in lines[0] and "accelerate_configs/zero3.yaml" in lines[0]
