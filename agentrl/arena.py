@@ -52,25 +52,16 @@ class Contender:
 
 
 def parse_contenders(spec: str) -> list[Contender]:
-    """``"grpo,bigpo:embedder=hash_ngram:eps=0.1"`` -> contenders; values are YAML scalars."""
-    import yaml
-
-    from agentrl.config import RecipeError, validate_credit
+    """``"grpo,bigpo:embedder=hash_ngram:eps=0.1"`` -> contenders (``agentrl.credit.parse_spec``)."""
+    from agentrl.credit import parse_spec
 
     out: list[Contender] = []
     for item in (s.strip() for s in spec.split(",")):
         if not item:
             continue
-        name, *pairs = item.split(":")
-        kw: dict[str, Any] = {}
-        for p in pairs:
-            k, eq, v = p.partition("=")
-            if not eq or not k:
-                raise ArenaError(f"estimator {item!r}: kwargs are written name:key=value, got {p!r}")
-            kw[k] = yaml.safe_load(v)
         try:
-            validate_credit(name, kw)
-        except RecipeError as e:
+            name, kw = parse_spec(item)
+        except ValueError as e:
             raise ArenaError(f"estimator {item!r}: {e}") from None
         out.append(Contender(item, name, tuple(sorted(kw.items()))))
     labels = [c.label for c in out]

@@ -21,9 +21,10 @@ import numpy as np
 from ..records import REQUIRED_FIELDS, StepRecord
 from . import collab_records, estimators, history, rtmc, salt  # noqa: F401  (each registers its estimators)
 from .batch import Batch
-from .registry import REGISTRY, CreditResult, lookup, register, resolve
+from .registry import REGISTRY, CreditResult, lookup, parse_spec, register, resolve
 
-__all__ = ["Batch", "CreditResult", "available", "compute", "describe", "register", "requirements", "validate"]
+__all__ = ["Batch", "CreditResult", "available", "compute", "describe", "parse_spec", "register", "requirements",
+           "validate"]
 
 # APPO's record-level estimator: registered after the step-record estimators above, so that
 # `available()` lists those first, in the order the README's table gives them

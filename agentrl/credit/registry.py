@@ -196,3 +196,20 @@ def resolve(name: str, kwargs: dict[str, Any]) -> tuple[Spec, dict[str, Any]]:
             f"credit estimator {name!r}: kwarg hash_dim={full['hash_dim']} must be a power of two"
         )
     return spec, full
+
+
+def parse_spec(item: str) -> tuple[str, dict[str, Any]]:
+    """The command-line form of an estimator with kwargs, ``name[:key=value...]`` (values are
+    YAML scalars): ``"bigpo:embedder=hash_ngram:eps=0.1"`` -> ``("bigpo", {"embedder":
+    "hash_ngram", "eps": 0.1})``, checked against the registry; one-line ValueError otherwise."""
+    import yaml
+
+    name, *pairs = item.strip().split(":")
+    kw: dict[str, Any] = {}
+    for p in pairs:
+        k, eq, v = p.partition("=")
+        if not eq or not k:
+            raise ValueError(f"kwargs are written name:key=value, got {p!r}")
+        kw[k] = yaml.safe_load(v)
+    resolve(name, kw)
+    return name, kw

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.credit import Batch, available, compute, requirements, validate
+from agentrl.credit import Batch, available, compute, parse_spec, requirements
 from agentrl.envs.mdp import FiniteMDP, MDPConfig, generate
 from agentrl.truth.exact import TabularPolicy, Truth, truth
 from agentrl.truth.sample import Sample, sample_batch
@@ -54,18 +54,11 @@ class Contender:
 
 
 def parse_contender(item: str) -> Contender:
-    """``"bigpo:embedder=hash_ngram:eps=0.1"`` -> Contender; values are YAML scalars; one-line
-    ValueError for an unknown estimator or kwarg."""
-    import yaml
-
-    name, *pairs = item.strip().split(":")
-    kw: dict[str, Any] = {}
-    for p in pairs:
-        k, eq, v = p.partition("=")
-        if not eq or not k:
-            raise ValueError(f"estimator {item!r}: kwargs are written name:key=value, got {p!r}")
-        kw[k] = yaml.safe_load(v)
-    validate(name, **kw)
+    """``"bigpo:embedder=hash_ngram:eps=0.1"`` -> Contender (``agentrl.credit.parse_spec``)."""
+    try:
+        name, kw = parse_spec(item)
+    except ValueError as e:
+        raise ValueError(f"estimator {item.strip()!r}: {e}") from None
     return Contender(item.strip(), name, tuple(sorted(kw.items())))
 
 

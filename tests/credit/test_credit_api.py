@@ -236,3 +236,18 @@ def test_rollout_major_order_sorts_ids_naturally():
     assert sorted_rank(["g/10", "g/2", "g/1", 7, 3]).tolist() == [4, 3, 2, 1, 0]
     recs = [r for i in (10, 2, 1) for r in traj("g", f"g/{i}", ["s"], ["a"], [float(i)])]
     assert Batch(recs).order.tolist() == [2, 1, 0]
+
+
+def test_parse_spec_command_line_form():
+    from agentrl.credit import parse_spec
+
+    assert parse_spec("grpo") == ("grpo", {})
+    assert parse_spec(" bigpo:embedder=hash_ngram:eps=0.1 ") == ("bigpo", {"embedder": "hash_ngram", "eps": 0.1})
+    assert parse_spec("hgpo:base_group=true") == ("hgpo", {"base_group": True})
+    for bad, msg in [("gigpo:w", "kwargs are written name:key=value, got 'w'"),
+                     ("nosuch", "unknown credit estimator 'nosuch'"),
+                     ("gigpo:nokwarg=1", "unknown kwarg(s) 'nokwarg'"),
+                     ("gigpo:w=abc", "kwarg w='abc' must be a number")]:
+        with pytest.raises(ValueError) as e:
+            parse_spec(bad)
+        assert msg in str(e.value) and "\n" not in str(e.value)
