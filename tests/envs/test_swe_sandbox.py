@@ -92,9 +92,11 @@ class TestIsolation:
 
     def test_fork_bomb_is_contained(self, jail):
         obs, info, dt = timed_bash(jail, "python3 -c \"import os\nwhile True:\n    os.fork()\"")
-        assert "Resource temporarily unavailable" in obs and dt < 10
+        # the jail's 2 s command timeout ends both; 30 s leaves a loaded machine room and still
+        # shows that nothing waits on the forked children
+        assert "Resource temporarily unavailable" in obs and dt < 30
         obs, info, dt = timed_bash(jail, ":(){ :|:& };:")
-        assert dt < 10
+        assert dt < 30
 
     def test_memory_is_bounded(self, jail):
         obs, info, _ = timed_bash(jail, "python3 -c \"x = bytearray(4 << 30)\"")
@@ -102,7 +104,8 @@ class TestIsolation:
 
     def test_endless_loops_are_killed(self, jail):
         obs, info, dt = timed_bash(jail, "(setsid sleep 1000 &); python3 -c 'while True: pass'")
-        assert info["timed_out"] and "timed out after 2 s" in obs and 1.9 < dt < 6
+        # at least the 2 s limit; far less than the orphaned sleep's 1000 s (room for a loaded machine)
+        assert info["timed_out"] and "timed out after 2 s" in obs and 1.9 < dt < 30
         uid = jail.sandbox.uid
         left = subprocess.run(["ps", "-u", str(uid), "-o", "pid="], capture_output=True, text=True).stdout
         assert left.strip() == ""  # nothing left running, no zombies
