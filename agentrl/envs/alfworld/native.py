@@ -40,6 +40,8 @@ import re
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
+from agentrl.envs.alfworld.engine import DYNAMIC_PREDICATES
+
 DOMAIN_SHA1 = "f6b34d1678ff904f31b5ba33c065aa9c6e2e8bf5"
 """sha1 of alfworld 0.4.2's ``alfred.pddl``: the domain the actions below implement."""
 GRAMMAR_SHA1 = "e84cce56255c770b812bd78da58c1f2934280979"
@@ -164,9 +166,10 @@ def display_list(items: list[str]) -> str:
 # --- goal --------------------------------------------------------------------------------------
 def compile_goal(expr, objects_of_type):
     """A PDDL goal (nested lists) -> ``check(facts) -> bool``, ``facts[pred]`` a set of argument
-    tuples. ``exists``/``forall`` range over the objects of the variable's type (``object``:
-    every object, as in PDDL); an ``exists`` whose body pins a variable with a positive atom
-    enumerates that atom's facts instead of every object."""
+    tuples. ``exists``/``forall`` range over ``objects_of_type(type)`` (a set; ``object``: every
+    object, as in PDDL). An ``exists`` enumerates, for each variable, only the values a positive
+    atom of its body pins (an atom every satisfying assignment must make true: one reached through
+    ``and``/``exists`` only, whose other arguments are constants or already bound)."""
     def comp(e):
         head = e[0]
         if head == "and":
@@ -181,9 +184,9 @@ def compile_goal(expr, objects_of_type):
         if head in ("exists", "forall"):
             variables = typed_list(e[1])
             body = comp(e[2])
-            pins = _pins(e[2])
             if head == "forall":
                 return lambda f, b: _forall(variables, body, f, dict(b), objects_of_type)
+            pins = _pins(e[2])
             return lambda f, b: _exists(variables, body, pins, f, dict(b), objects_of_type)
         if head == "=":
             x, y = e[1], e[2]
@@ -196,13 +199,21 @@ def compile_goal(expr, objects_of_type):
 
 
 def _pins(body) -> list[tuple[str, tuple]]:
-    """Positive atoms directly under the body's ``and`` (or the body itself)."""
-    atoms = body[1:] if body and body[0] == "and" else [body]
-    return [(a[0], tuple(a[1:])) for a in atoms
-            if a and isinstance(a[0], str) and a[0] not in ("and", "or", "not", "exists", "forall", "=")]
+    """Positive atoms of ``body`` reached through ``and`` and ``exists`` only."""
+    if not body or not isinstance(body[0], str):
+        return []
+    head = body[0]
+    if head == "and":
+        return [p for part in body[1:] for p in _pins(part)]
+    if head == "exists":
+        return _pins(body[2])
+    if head in ("or", "not", "forall", "="):
+        return []
+    return [(head, tuple(body[1:]))]
 
 
-def _candidates(var, typ, pins, facts, b, objects_of_type):
+def _candidates(var, pins, facts, b):
+    """Values of ``var`` that some pinning atom allows, or None when no atom pins it."""
     for pred, args in pins:
         if var not in args:
             continue
@@ -210,20 +221,20 @@ def _candidates(var, typ, pins, facts, b, objects_of_type):
         others = [(i, b.get(a, a)) for i, a in enumerate(args) if i != pos]
         if any(v.startswith("?") for _, v in others):
             continue
-        return sorted({t[pos] for t in facts.get(pred, ()) if all(t[i] == v for i, v in others)})
-    return objects_of_type(typ)
+        return {t[pos] for t in facts.get(pred, ()) if all(t[i] == v for i, v in others)}
+    return None
 
 
 def _exists(variables, body, pins, facts, b, objects_of_type):
     if not variables:
         return body(facts, b)
     (var, typ), rest = variables[0], variables[1:]
-    allowed = set(objects_of_type(typ))
-    for value in _candidates(var, typ, pins, facts, b, objects_of_type):
-        if value in allowed:
-            b[var] = value
-            if _exists(rest, body, pins, facts, b, objects_of_type):
-                return True
+    allowed = objects_of_type(typ)
+    pinned = _candidates(var, pins, facts, b)
+    for value in (allowed if pinned is None else pinned & allowed):
+        b[var] = value
+        if _exists(rest, body, pins, facts, b, objects_of_type):
+            return True
     b.pop(var, None)
     return False
 
@@ -270,8 +281,8 @@ class CompiledGame:
     reachable_deletes: frozenset
     """(predicate, args) atoms that Fast Downward's relaxed exploration reaches, among those a
     delete effect may name and that are not implied by the operator's precondition."""
-    by_type: dict[str, list[str]] = field(default_factory=dict)
-    """Declared type -> sorted PDDL names (``object``: every name)."""
+    by_type: dict[str, frozenset] = field(default_factory=dict)
+    """Declared type -> PDDL names (``object``: every name)."""
     otypes: dict[str, tuple] = field(default_factory=dict)
     """Object -> its ``objecttype`` constants."""
     rtypes: dict[str, tuple] = field(default_factory=dict)
@@ -280,8 +291,8 @@ class CompiledGame:
     def has(self, pred: str, *args: str) -> bool:
         return args in self.init.get(pred, ())
 
-    def objects_of_type(self, typ: str) -> list[str]:
-        return self.by_type.get(typ, [])
+    def objects_of_type(self, typ: str) -> frozenset:
+        return self.by_type.get(typ, frozenset())
 
 
 def compile_game(game_file: str, data: dict) -> CompiledGame:
@@ -305,11 +316,11 @@ def compile_game(game_file: str, data: dict) -> CompiledGame:
     if len(agents) != 1:
         raise UnsupportedGame(f"{game_file}: expected one agent, found {agents}")
     entities = {a for facts in init.values() for args in facts for a in args}
-    by_type: dict[str, list[str]] = defaultdict(list)
+    by_type: dict[str, set] = defaultdict(set)
     for name, typ in types.items():
-        by_type[typ].append(name)
-    by_type = {t: sorted(v) for t, v in by_type.items()}
-    by_type["object"] = sorted(types)
+        by_type[typ].add(name)
+    by_type = {t: frozenset(v) for t, v in by_type.items()}
+    by_type["object"] = frozenset(types)
     recs_at: dict[str, list[str]] = defaultdict(list)
     for r, loc in sorted(init.get("receptacleatlocation", ())):
         recs_at[loc].append(r)
@@ -465,8 +476,6 @@ class NativeEngine:
     def dynamic_facts(self) -> list[str]:
         """Sorted text of the facts an action can change, as
         :func:`agentrl.envs.alfworld.engine.dynamic_facts` writes TextWorld's."""
-        from agentrl.envs.alfworld.engine import DYNAMIC_PREDICATES
-
         return sorted(f"{p}({','.join(args)})" for p in DYNAMIC_PREDICATES
                       for args in self.facts.get(p, ()))
 
@@ -653,3 +662,13 @@ class NativeEngine:
             if cond:
                 return text
         return f"There's nothing special about {name}."
+
+    # --- expert ---------------------------------------------------------------------------------
+    def plan(self, planner) -> list[str]:
+        """The planner's plan from the current state: the same reduced problem, translation and
+        search as on TextWorld's state (:meth:`SubproblemPlanner.plan_facts`)."""
+        g = self.game
+        return planner.plan_facts(g.problem, self.propositions(), g.domain, TEMPLATES, g.names)
+
+    def close(self) -> None:
+        self.game = None
