@@ -242,12 +242,33 @@ def sft_train(
     trainer = SFTTrainer(model=model, args=cfg, train_dataset=ds, processing_class=tok)
     result = trainer.train()
     secs = time.time() - t0
-    trainer.save_model(str(out))
-    tok.save_pretrained(str(out))
+    save_model_atomically(trainer, tok, out)
     losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
     return {"examples": len(ds), "train_steps": trainer.state.global_step, "seconds": secs,
             "train_loss": float(result.training_loss), "loss_curve": losses,
             "model": str(out), "trainer": trainer}
+
+
+def save_model_atomically(trainer, tok, out: Path) -> None:
+    """Save model + tokenizer into ``out`` so that ``out/config.json`` exists only beside a complete
+    model (the demo and ``make arena`` skip an SFT whose config.json exists): everything is
+    written to ``out/.partial-model``, flushed, then moved in with config.json last."""
+    import shutil
+
+    tmp = out / ".partial-model"
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.save_model(str(tmp))
+    tok.save_pretrained(str(tmp))
+    (out / "config.json").unlink(missing_ok=True)  # an older model's: not a marker for this one
+    names = sorted(p.name for p in tmp.iterdir() if p.name != "config.json") + ["config.json"]
+    for name in names:
+        fd = os.open(tmp / name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp / name, out / name)
+    tmp.rmdir()
 
 
 def run_sft(

@@ -44,3 +44,40 @@ def test_arena_reports_a_failed_run_and_goes_on(tmp_path, capsys):
     capsys.readouterr()
     assert [r["label"] for r in _pool_run([spec], 1)] == ["grpo"]  # no exception: the arena goes on
     assert "1/1 FAILED: grpo seed 0 (exit 2;" in capsys.readouterr().out
+
+
+def test_sft_model_appears_whole_or_not_at_all(tmp_path, monkeypatch):
+    """The SFT warm start is skipped by the demo and `make arena` when out/config.json exists: a
+    save cut short must leave no config.json."""
+    import os
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+    from agentrl.models import build_tiny_model
+    from agentrl.sft import save_model_atomically
+
+    src = build_tiny_model(tmp_path / "src", vocab_size=300, hidden_size=16, num_layers=1, num_heads=2,
+                           num_kv_heads=1)
+    tr = Trainer(model=AutoModelForCausalLM.from_pretrained(src),
+                 args=TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[], use_cpu=True))
+    tok = AutoTokenizer.from_pretrained(src)
+    out = tmp_path / "sft"
+    out.mkdir()
+    real = os.replace
+
+    def dies_at_weights(a, b):
+        if str(b).endswith("model.safetensors"):
+            raise KeyboardInterrupt  # the process ends here
+        return real(a, b)
+
+    monkeypatch.setattr(os, "replace", dies_at_weights)
+    try:
+        save_model_atomically(tr, tok, out)
+    except KeyboardInterrupt:
+        pass
+    assert not (out / "config.json").exists()
+    monkeypatch.setattr(os, "replace", real)
+    save_model_atomically(tr, tok, out)  # the rerun
+    assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+    assert not (out / ".partial-model").exists()
+    AutoModelForCausalLM.from_pretrained(out)
