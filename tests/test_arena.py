@@ -97,6 +97,30 @@ def test_summary_best_auc_and_resolved_verdicts_by_hand():
     assert near["diff_se_seeds"] == pytest.approx(5.0)
 
 
+@pytest.mark.parametrize("d, se_seeds, se_tasks, want", [
+    (5.0, 2.0, None, "better"),        # 5 > 2 * 2, and under 3 * 2: the factor is 2
+    (-5.0, 2.0, None, "worse"),
+    (4.0, 2.0, None, "not resolved"),  # exactly 2 s.e. is not past it
+    (0.5, 0.2, None, "better"),        # a resolved difference under one point is still better
+    (5.0, None, 2.0, "better"),        # one seed: the (seed, task) s.e. decides
+    (5.0, None, 3.0, "not resolved"),
+    (0.0, 0.0, None, "equal"),         # no spread at all: the sign alone
+    (0.5, 0.0, None, "better"),
+    (-0.5, 0.0, None, "worse"),
+    (5.0, None, None, "n/a"),          # no s.e. of either kind
+    (float("nan"), 2.0, None, "n/a"),
+])
+def test_verdict_edges_by_hand(d, se_seeds, se_tasks, want):
+    row = {"diff_to_baseline": d, "diff_se_seeds": se_seeds, "diff_se_tasks": se_tasks}
+    assert verdict(row, False) == want
+    assert verdict(row, True) == "baseline"
+
+
+def test_empty_inputs_give_nan():
+    assert math.isnan(mean_se([])[0]) and mean_se([])[1] is None
+    assert math.isnan(auc([], 20)) and math.isnan(auc([(0, 20.0)], 0))
+
+
 def test_parse_contenders_and_seeds():
     cs = parse_contenders("grpo,bigpo:embedder=hash_ngram:eps=0.1")
     assert [c.credit for c in cs] == ["grpo", "bigpo"]
