@@ -96,8 +96,12 @@ def plot(res: dict[str, Any], out: Path) -> None:
 
     s, sc = res["settings"], res["scores"]
     fams = list(sc)
-    fig, axes = plt.subplots(1, len(fams), figsize=(3.2 * len(fams), 3.6), squeeze=False, sharey=True)
-    for ax, f in zip(axes[0], fams, strict=True):
+    cols = min(3, len(fams))
+    rows = -(-len(fams) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 2.6, 3.2 * rows), squeeze=False, sharey=True)
+    for ax in axes.ravel()[len(fams):]:
+        ax.set_visible(False)
+    for ax, f in zip(axes.ravel(), fams, strict=False):
         for i, lab in enumerate(s["estimators"]):
             ys = [_by_g(sc[f], g)[lab]["cos"] for g in s["Gs"]]
             ax.errorbar(s["Gs"], [y["mean"] for y in ys], yerr=[y["se"] or 0 for y in ys], marker="o", ms=3,
@@ -106,9 +110,11 @@ def plot(res: dict[str, Any], out: Path) -> None:
         ax.set_xticks(s["Gs"], [str(g) for g in s["Gs"]])
         ax.set_title(f, fontsize=9)
         ax.set_xlabel("group size G")
-    axes[0][0].set_ylabel("cosine with exact dJ/dθ")
-    axes[0][-1].legend(fontsize=5, loc="lower right")
-    fig.tight_layout()
+    for row in axes:
+        row[0].set_ylabel("cosine with exact dJ/dθ")
+    handles, labs = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labs, fontsize=6, loc="center right")
+    fig.tight_layout(rect=(0, 0, 1 - 2.4 / (3.6 * cols + 2.6), 1))
     fig.savefig(out / "cos_vs_G.png", dpi=110)
     plt.close(fig)
     race = res["race"]
