@@ -201,6 +201,26 @@ def test_unsupported_game_falls_back_to_textworld(tmp_path, engines):
         env.close()
 
 
+def test_env_bench_benches_or_skips_every_env(capsys, monkeypatch):
+    # `python -m agentrl.bench envs`: ALFWorld per engine; an env without an expert (MathAnswer)
+    # is a row with its reason, not a crash
+    from agentrl.bench import main as bench_main
+
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("AGENTRL_ALFWORLD_DIR", game_set_root())
+    ids = "agentrl/ALFWorld-v0,agentrl/MathAnswer-v0"
+    assert bench_main(["envs", "--envs", ids, "--episodes", "2", "--alfworld-engines", "native",
+                       "--fleet", "2", "--json"]) == 0
+    rows = {r["env"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert set(rows) == {"agentrl/ALFWorld-v0[native]", "agentrl/MathAnswer-v0"}
+    alf = rows["agentrl/ALFWorld-v0[native]"]
+    assert alf["expert_win_rate"] == 1.0 and alf["steps"] > 0 and alf["fleet_create_reset_s"] > 0
+    assert rows["agentrl/MathAnswer-v0"]["skipped"] == (
+        "MathAnswerEnv has no expert_action (nothing to drive its steps)")
+    assert bench_main(["envs", "--alfworld-engines", "fast"]) == 2
+    assert "unknown ALFWorld engine(s) ['fast']; valid: native, textworld" in capsys.readouterr().err
+
+
 def test_bad_engine_name():
     with pytest.raises(ValueError, match="^unknown engine 'fast'; valid: native, textworld$"):
         ALFWorldEnv(engine="fast")
