@@ -134,7 +134,8 @@ def _default_accelerate_config() -> bool:
 def user_chose_launch(parent_argv: list[str]) -> bool:
     """Whether the user picked the launch settings: flags to ``accelerate launch`` before the
     script, a default config from ``accelerate config``, or another launcher (torchrun)."""
-    launched_by_accelerate = any(Path(a).name == "accelerate" or a.endswith("accelerate.commands.launch")
+    launched_by_accelerate = any(Path(a).name in ("accelerate", "accelerate-launch")
+                                 or a.endswith("accelerate.commands.launch")
                                  for a in parent_argv[:3])
     if not launched_by_accelerate:
         return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # torchrun etc.; plain python: no
@@ -224,6 +225,11 @@ def run_if_recipe() -> None:
         os._exit(2)
     if action == "relaunch":
         os.environ[RELAUNCHED] = "1"
+        # the outer launch's rank and rendezvous settings must not reach the inner launch's workers
+        for k in [k for k in os.environ if k.startswith(("TORCHELASTIC_", "ACCELERATE_"))] + [
+                "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT"]:
+            os.environ.pop(k, None)
         os.execv(cmd[0], [*cmd, "-m", "agentrl.train", path, *args])
     argv = [*_python_argv(), "-m", "agentrl.train", path, *args]
     os.execv(argv[0], argv)
