@@ -160,17 +160,17 @@ def test_display_list_is_the_grammar_list():
 def test_goal_pins_change_no_verdict(monkeypatch):
     # the goal check enumerates only pinned values; on every state of walkthroughs followed by
     # random moves it must agree with enumerating every object of each type
-    from agentrl.envs.alfworld import native
+    from agentrl.envs.alfworld import compiled
 
     for game_file in sample_games():
         eng = NativeEngine()
         eng.load(game_file)
         with open(game_file) as f:
             problem = json.load(f)["pddl_problem"]
-        goal = next(p for p in native.parse_sexp(problem)[0][1:] if p[0] == ":goal")[1]
+        goal = next(p for p in compiled.parse_sexp(problem)[0][1:] if p[0] == ":goal")[1]
         with monkeypatch.context() as m:
-            m.setattr(native, "_pins", lambda body: [])
-            brute = native.compile_goal(goal, eng.game.objects_of_type)
+            m.setattr(compiled, "_pins", lambda body: [])
+            brute = compiled.compile_goal(goal, eng.game.objects_of_type)
         eng.reset()
         rng, plan, verdicts = random.Random(0), walkthrough_of(game_file), set()
         for _ in range(len(plan) + 20):

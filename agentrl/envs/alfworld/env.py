@@ -4,7 +4,7 @@ Engines (``engine``):
 
 * ``"native"`` (default): :mod:`agentrl.envs.alfworld.native`, which plays a game as the
   TextWorld stack does (same observations, commands, won, facts and planner plans; checked move
-  for move on every shipped game by ``tests/envs/test_alfworld_native.py``), ~100x faster. A
+  for move on every shipped game by ``tests/envs/test_alfworld_native.py``), ~400x faster. A
   game whose domain or grammar it does not implement is played on TextWorld (one warning per
   game), and so is every game with the handcoded expert (it reads TextWorld's state).
 * ``"textworld"``: the real ``alfworld`` stack as ``AlfredTWEnv`` builds it
@@ -103,7 +103,7 @@ class ALFWorldEnv(TextEnv):
                 action (BiPACE App. J).
             history_length: (observation, action) pairs shown in the prompt.
             render_mode: only "ansi" (``render()`` returns the last observation).
-            engine: ``"native"`` (agentrl's engine, the same plays ~100x faster; games it does
+            engine: ``"native"`` (agentrl's engine, the same plays ~400x faster; games it does
                 not implement and the handcoded expert use TextWorld) or ``"textworld"`` (the
                 reference TextWorld stack).
         """
