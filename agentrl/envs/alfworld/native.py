@@ -85,6 +85,7 @@ def display_list(items: list[str]) -> str:
         return items[0]
     return ", ".join(items[:-1]) + ", and " + items[-1]
 
+
 # --- one play ----------------------------------------------------------------------------------
 class NativeEngine:
     """Plays compiled games: ``load(game_file)``, ``reset()``, ``step(command)``; after each,
