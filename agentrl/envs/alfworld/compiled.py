@@ -31,6 +31,7 @@ class UnsupportedGame(ValueError):
 def _sha1(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
+
 # --- PDDL text ---------------------------------------------------------------------------------
 def parse_sexp(text: str) -> list:
     """PDDL text -> nested lists of lower-cased tokens (``;`` comments dropped), as Fast
@@ -41,6 +42,8 @@ def parse_sexp(text: str) -> list:
         if tok == "(":
             stack.append([])
         elif tok == ")":
+            if len(stack) == 1:
+                raise UnsupportedGame("unbalanced parentheses in the PDDL problem")
             done = stack.pop()
             stack[-1].append(done)
         else:
