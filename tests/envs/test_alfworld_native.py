@@ -157,6 +157,17 @@ def test_display_list_is_the_grammar_list():
     assert display_list(["a x", "a y", "a z"]) == "a x, a y, and a z"
 
 
+def test_demangled_names():
+    # sorted ids: apple_bar_1 < apple_bar_2; the base "apple" has 2 instances handed out from the
+    # top, so the first sorted id is "apple 2"; an id holding "basin" gets it appended to its base;
+    # an id without "_bar_" keeps its text and an empty number ("agent1 ")
+    from agentrl.envs.alfworld.compiled import demangle
+
+    assert demangle(["apple_bar_2", "agent1", "apple_bar_1", "sink_bar__minus_01_dot_2_bar_sinkbasin"]) == {
+        "apple_bar_1": "apple 2", "apple_bar_2": "apple 1", "agent1": "agent1 ",
+        "sink_bar__minus_01_dot_2_bar_sinkbasin": "sinkbasin 1"}
+
+
 def test_goal_pins_change_no_verdict(monkeypatch):
     # the goal check enumerates only pinned values; on every state of walkthroughs followed by
     # random moves it must agree with enumerating every object of each type
