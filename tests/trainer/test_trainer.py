@@ -230,7 +230,7 @@ def test_recipe_errors_in_process(tmp_path, tiny_model_dir, capsys, monkeypatch)
         ({1: 2}, (), "config keys must be names"),
         # fingerprint-using credit with a layer the 2-layer model does not have: fails before training
         (dict(credit="bipace_q", fingerprint_layer=99), (), "fingerprint_layer 99 is out of range"),
-        ({}, ("--resume_from_checkpoint", "true"), "no checkpoint-* folder in"),
+        ({}, ("--resume_from_checkpoint", "true"), "no complete checkpoint-* folder in"),
         ({}, ("--resume_from_checkpoint", str(tmp_path / "nope")), "is not a checkpoint folder"),
     ]
     for d, extra, needle in cases:
@@ -253,7 +253,7 @@ def test_check_recipe_cli_forms(tmp_path, tiny_model_dir, capsys):
     assert resume_target("false", str(tmp_path)) is None and resume_target(None, str(tmp_path)) is None
     ck = tmp_path / "o" / "checkpoint-7"
     ck.mkdir(parents=True)
-    (ck / "trainer_state.json").write_text("{}")
+    (ck / "trainer_state.json").write_text('{"global_step": 7}')  # a complete checkpoint's (checkpoints.py)
     assert resume_target("true", str(tmp_path / "o")) == str(ck)
     assert resume_target(str(ck), str(tmp_path)) == str(ck)
 
