@@ -154,7 +154,8 @@ def markdown(summary: dict[str, Any]) -> str:
                      f"{r['diff_to_baseline']:+.1f} ({se_s} / {se_t}) | {r['verdict']} | "
                      + " | ".join(diag) + f" | {sps} |")
     lines += ["", "verdict: `better`/`worse` only when |diff| > 2 s.e. (over seeds; over (seed, task) pairs "
-              "with one seed); otherwise `not resolved`."]
+              "with one seed); otherwise `not resolved`; `equal`: the s.e. is 0 and so is the difference (every "
+              "seed, or every task of the one seed, gave the baseline's outcome)."]
     return "\n".join(lines) + "\n"
 
 
@@ -187,7 +188,11 @@ def plot(summary: dict[str, Any], out: Path) -> None:
         r = summary["estimators"][lab]
         vals = [cap if v is None else v for v in r["steps_to_threshold"]]
         med = r["median_steps_to_threshold"]
-        ax.bar(i, cap if med is None else med, color="C0" if med is not None else "lightgrey", alpha=0.6)
+        if med is None:  # never reached: a hatched bar at the budget, labelled, not a zero bar
+            ax.bar(i, cap, color="white", edgecolor="grey", hatch="//")
+            ax.text(i, cap / 2, "never reached", rotation=90, ha="center", va="center", fontsize=7)
+        else:
+            ax.bar(i, med, color="C0", alpha=0.6)
         ax.scatter([i] * len(vals), vals, color="k", s=12, zorder=3)
     ax.axhline(cap, color="grey", ls=":", lw=1)
     ax.text(len(labs) - 0.5, cap, "never reached", va="bottom", ha="right", fontsize=7)

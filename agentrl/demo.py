@@ -38,24 +38,22 @@ FAMILIES = ["depth2"]
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
 # Per-design settings. ``sft_steps`` is short on purpose (see the module docstring).
-# ``eval_episodes``: the 59 held-out depth-2 goals, each twice with a different draw of distractor
-# recipes in the prompt (seed s and s + 59 give the same goal): 118 episodes halve the binomial
-# variance of a checkpoint's figure at the cost of a few seconds.
-# RL: 40 steps at lr 1e-4 without a shaping reward (recipes/demo_tiny.yaml says why). Measured on
-# seed 0 (59 goals): +5.1 / +13.6 / +13.6 / +13.6 / +11.9 / +5.1 points at steps 10-60, so longer
-# runs still lose what they gained (README, "The demo": not yet robust across seeds).
+# ``practised_goals``: RL's tasks are the first K depth-2 training goals (train seeds 0..K-1, one
+# distractor draw each), so 40 steps x 4 tasks visit each of 16 goals about 10 times; they are
+# evaluated on ``fresh_draws`` other draws of their distractor recipes (seeds g + m x 232, m >= 1),
+# never seen in RL. ``eval_episodes``: the 59 held-out depth-2 goals, each twice with a different
+# draw of distractors (seed s and s + 59 give the same goal).
 DESIGNS: dict[str, dict[str, Any]] = {
     "tiny": dict(recipe="demo_tiny.yaml", hidden_size=128, num_layers=2, vocab_size=1024,
                  sft_episodes=232, sft_steps=1200, sft_lr=1e-3, sft_batch=16, threads=1,
-                 rl_steps=40, save_steps=20, eval_episodes=118, eval_turns=15, train_eval_episodes=232),
+                 rl_steps=40, save_steps=10, practised_goals=16, fresh_draws=4, eval_episodes=118, eval_turns=15),
     "smollm2": dict(recipe="demo_smollm2.yaml", sft_episodes=64, sft_steps=12, sft_lr=5e-5, sft_batch=8,
-                    threads=2, rl_steps=8, save_steps=4, eval_episodes=59, eval_turns=15, train_eval_episodes=64),
+                    threads=2, rl_steps=8, save_steps=4, practised_goals=8, fresh_draws=2, eval_episodes=59,
+                    eval_turns=15),
 }
-# train_eval_episodes: training goals (seeds 0..n-1 of the train split, the RL tasks) evaluated
-# greedily before and after RL
 # eval_turns as the recipe's max_turns: `agentrl eval` of a demo checkpoint gives the demo's figure
-QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, eval_episodes=12, eval_turns=15,
-             train_eval_episodes=12)
+QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, practised_goals=4, fresh_draws=3,
+             eval_episodes=12, eval_turns=15)
 
 
 def log(msg: str) -> None:
@@ -81,35 +79,54 @@ def build_base(design: dict, out: Path, corpus: list[str], seed: int) -> str:
                                 num_heads=4, num_kv_heads=2, seed=seed))
 
 
-def plot_curve(points: list[tuple[int, float, float, float]], train_curve: list[tuple[int, float]], path: Path,
-               n_eval: int, seed: int) -> None:
-    """Held-out success per checkpoint (binomial s.e. bars; the gain over the warm start and its
-    paired s.e. written beside each point) and the smoothed training-rollout success."""
+def practised_seeds(goals: int, draws: int) -> list[int]:
+    """Evaluation seeds of the practised goals (train seeds 0..goals-1): ``draws`` fresh draws of
+    each goal's distractor recipes, seeds g + m x (pool size) for m = 1..draws, none of them an RL
+    task (RL runs seeds 0..goals-1)."""
+    from agentrl.envs.textcraft import goal_pool
+
+    pool = len(goal_pool("train", FAMILIES))
+    if not 1 <= goals <= pool:
+        raise ValueError(f"practised goals must be in 1..{pool}, got {goals}")
+    return [g + m * pool for m in range(1, draws + 1) for g in range(goals)]
+
+
+def plot_curve(practised: list[tuple[int, float, float, float]], heldout: list[tuple[int, float, float, float]],
+               train_curve: list[tuple[int, float]], path: Path, n_goals: int, n_eval: int, seed: int) -> None:
+    """Greedy success per checkpoint on fresh episodes of the practised goals and on held-out goals
+    (bands: binomial s.e.; each point labelled with its gain over step 0 and the paired s.e.), and
+    the smoothed success of the training rollouts."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    xs = [p[0] for p in points]
-    ys = [p[1] for p in points]
-    ax.errorbar(xs, ys, yerr=[p[2] for p in points], marker="o", capsize=3,
-                label=f"held-out success, {n_eval} valid goals never trained on (greedy; bars: binomial s.e.)")
-    ax.axhline(ys[0], color="grey", ls="--", lw=1, label="after the SFT warm start (step 0)")
-    for x, y, _, pse in points[1:]:
-        ax.annotate(f"{y - ys[0]:+.0f}±{pse:.0f}", (x, y), textcoords="offset points", xytext=(0, 8),
-                    ha="center", fontsize=7)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    lines = ((practised, "C0", f"practised goals: {n_goals} goals RL trains on, fresh distractor draws (greedy)"),
+             (heldout, "C1", f"held-out goals: {n_eval} episodes of goals never trained on (greedy)"))
+    for points, color, label in lines:
+        xs = [p[0] for p in points]
+        ys = [p[1] for p in points]
+        ses = [p[2] for p in points]
+        ax.plot(xs, ys, marker="o", color=color, label=label)
+        lo = [y - e for y, e in zip(ys, ses, strict=True)]
+        hi = [y + e for y, e in zip(ys, ses, strict=True)]
+        ax.fill_between(xs, lo, hi, color=color, alpha=0.15)
+        for x, y, _, pse in points[1:]:
+            ax.annotate(f"{y - ys[0]:+.0f}±{pse:.0f}", (x, y), textcoords="offset points", xytext=(0, 7),
+                        ha="center", fontsize=7, color=color)
     if train_curve:
         from agentrl.report import smooth
 
         # each step samples only a few training tasks: show a running mean over 5 steps
         k = 5
-        ax.plot([s for s, _ in train_curve], smooth([100 * v for _, v in train_curve], k), alpha=0.5,
-                label=f"training rollouts (sampled, temperature 1; running mean of {k} steps)")
-    ax.set_xlabel("RL step (optimizer steps after the SFT warm start)")
+        ax.plot([s for s, _ in train_curve], smooth([100 * v for _, v in train_curve], k), color="grey", alpha=0.6,
+                ls=":", label=f"RL rollouts on the practised goals (temperature 1; running mean of {k} steps)")
+    ax.set_xlabel("RL step (optimizer steps after the SFT warm start; step 0 = the warm start)")
     ax.set_ylabel("success (%)")
     ax.set_ylim(0, 100)
-    ax.set_title(f"agentrl demo (seed {seed}): TextCraft depth-2; labels = gain ± paired s.e.")
+    ax.set_title(f"agentrl demo (seed {seed}): TextCraft depth-2; bands = s.e., labels = gain ± paired s.e.",
+                 fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -132,6 +149,8 @@ class DemoSettings:
     """RL steps (default: the design's)."""
     warm_start: Path | None = None
     """Reuse this SFT checkpoint instead of building and warm-starting a model."""
+    practised_goals: int | None = None
+    """Goals the RL phase practises (train seeds 0..K-1; default: the design's)."""
 
 
 def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path:
@@ -157,28 +176,53 @@ def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path
     return sft_dir
 
 
-def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: int, save_steps: int) -> list[str]:
+def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: int, save_steps: int,
+            goals: int) -> list[str]:
     """``agentrl.train``'s command line for the RL phase (printed, so it can be rerun by hand)."""
     return [str(RECIPES / design["recipe"]), "--model_name_or_path", str(sft_dir), "--output_dir", str(rl_dir),
             "--max_steps", str(steps), "--save_steps", str(save_steps), "--seed", str(s.seed),
+            "--num_tasks", str(goals),  # the practised goals: train seeds 0..goals-1
             "--overwrite_output_dir", "true"]  # a rerun of the demo starts its RL phase afresh
 
 
-def held_out_settings(argv: list[str], n_eval: int, eval_turns: int, split: str = "valid"):
+def held_out_settings(argv: list[str], n_eval: int, eval_turns: int, split: str = "valid",
+                      seeds: list[int] | None = None):
     """The recipe's own rollout settings (prompt style, history, completion length) on the valid
-    goals (``split="train"``: on the training goals, for the did-RL-learn-at-all check)."""
+    goals (``split="train"`` with ``seeds``: on fresh episodes of the practised goals)."""
     from agentrl.config import load_recipe
     from agentrl.heldout import HeldOutSettings
 
     cfg = load_recipe(argv[0], argv[1:])
-    hs = HeldOutSettings.from_config(cfg, split=split, episodes=n_eval, families=FAMILIES)
+    hs = HeldOutSettings.from_config(cfg, split=split, episodes=len(seeds) if seeds else n_eval, families=FAMILIES)
+    hs.seeds = list(seeds) if seeds else None
     hs.max_turns = eval_turns
     return hs
 
 
+def _evaluate(model_dir: Path, sets: dict, timings: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Greedy evaluation of one checkpoint on each named set of episodes (timed per set)."""
+    from agentrl.heldout import evaluate_wins
+
+    res = {}
+    for name, hs in sets.items():
+        t = time.time()
+        res[name] = evaluate_wins(str(model_dir), hs)
+        timings[f"eval_{name}_s"] = timings.get(f"eval_{name}_s", 0.0) + time.time() - t
+    return res
+
+
+def _train_curve(rl_dir: Path, steps: int) -> list[tuple[int, float]]:
+    """Success of the RL rollouts per step, from the last checkpoint's trainer log."""
+    state = rl_dir / f"checkpoint-{steps}" / "trainer_state.json"
+    if not state.is_file():
+        return []
+    hist = json.loads(state.read_text()).get("log_history", [])
+    return [(h["step"], h["env/success"]) for h in hist if "env/success" in h]
+
+
 def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0,
-        rl_steps: int | None = None, warm: Path | None = None) -> dict[str, Any]:
-    s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm)
+        rl_steps: int | None = None, warm: Path | None = None, practised_goals: int | None = None) -> dict[str, Any]:
+    s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm, practised_goals)
     design = DESIGNS[design_name]
     # Tiny models run far faster on 1 thread than 2 on a loaded 2-core machine, 135M ones the
     # other way round (measured); the design decides, AGENTRL_DEMO_THREADS overrides.
@@ -188,36 +232,27 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
 
     torch.set_num_threads(threads)
     from agentrl import train as train_mod
-    from agentrl.heldout import evaluate_wins
 
     t_start = time.time()
     s.out.mkdir(parents=True, exist_ok=True)
-    steps = s.rl_steps or (QUICK["rl_steps"] if quick else design["rl_steps"])
-    save_steps = QUICK["save_steps"] if quick else design["save_steps"]
-    n_eval = QUICK["eval_episodes"] if quick else design["eval_episodes"]
-    n_train_eval = QUICK["train_eval_episodes"] if quick else design["train_eval_episodes"]
-    eval_turns = QUICK["eval_turns"] if quick else design["eval_turns"]
+    scale = QUICK if quick else design
+    steps = s.rl_steps or scale["rl_steps"]
+    goals = s.practised_goals or scale["practised_goals"]
     timings: dict[str, float] = {}
 
     # 1-2. model + SFT warm start on the train goals (or a given warm start)
     sft_dir = s.warm_start or warm_start(s, design, timings)
     rl_dir = s.out / "rl"
-    argv = rl_argv(s, design, sft_dir, rl_dir, steps, save_steps)
-    heldout = held_out_settings(argv, n_eval, eval_turns)
-    on_train = held_out_settings(argv, n_train_eval, eval_turns, split="train")
+    argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], goals)
+    sets = {"practised": held_out_settings(argv, 0, scale["eval_turns"], "train",
+                                           practised_seeds(goals, scale["fresh_draws"])),
+            "heldout": held_out_settings(argv, scale["eval_episodes"], scale["eval_turns"])}
+    before = _evaluate(sft_dir, sets, timings)
+    for name, r in before.items():
+        log(f"{name} success after SFT: {r['success']:.1f}% +- {r['success_se']:.1f} ({r['episodes']} episodes, "
+            f"invalid actions {100 * r['invalid_rate']:.0f}%)")
 
-    t = time.time()
-    before = evaluate_wins(str(sft_dir), heldout)
-    timings["eval_before_s"] = time.time() - t
-    log(f"held-out success after SFT: {before['success']:.1f}% +- {before['success_se']:.1f} "
-        f"({before['episodes']} episodes, invalid actions {100 * before['invalid_rate']:.0f}%, "
-        f"{timings['eval_before_s']:.0f}s)")
-    t = time.time()
-    train_before = evaluate_wins(str(sft_dir), on_train)
-    timings["eval_train_s"] = time.time() - t
-    log(f"training goals after SFT: {train_before['success']:.1f}% ({train_before['episodes']} episodes)")
-
-    # 3. RL from the warm start through the recipe
+    # 3. RL from the warm start through the recipe, on the practised goals
     t = time.time()
     log("RL: python -m agentrl.train " + " ".join(argv))
     rc = train_mod.main(argv)
@@ -226,45 +261,45 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     timings["rl_s"] = time.time() - t
     log(f"RL: {steps} steps in {timings['rl_s']:.0f}s ({timings['rl_s'] / steps:.1f} s/step)")
 
-    # 4. held-out learning curve over the RL checkpoints (the last one is the final model)
-    t = time.time()
-    points = [(0, before["success"], before["success_se"], 0.0)]
-    after, final_dir = before, sft_dir
+    # 4. both curves over the RL checkpoints (the last one is the final model)
+    curves: dict[str, list[tuple[int, float, float, float]]] = {
+        name: [(0, r["success"], r["success_se"], 0.0)] for name, r in before.items()}
+    after = before
     for step, ck in sorted((int(p.name.split("-")[1]), p) for p in rl_dir.glob("checkpoint-*")):
-        r = evaluate_wins(str(ck), heldout)
-        gain, se = paired_gain(before["wins"], r["wins"])
-        points.append((step, r["success"], r["success_se"], se))
-        log(f"  step {step}: held-out success {r['success']:.1f}% (gain {gain:+.1f}, paired s.e. {se:.1f}; "
-            f"invalid actions {100 * r['invalid_rate']:.0f}%)")
-        after, final_dir = r, ck
-    timings["eval_curve_s"] = time.time() - t
-    t = time.time()
-    train_after = evaluate_wins(str(final_dir), on_train)
-    timings["eval_train_s"] += time.time() - t
-    train_gain, train_se = paired_gain(train_before["wins"], train_after["wins"])
-    log(f"training goals after RL: {train_after['success']:.1f}% (gain {train_gain:+.1f}, paired s.e. "
-        f"{train_se:.1f}): the goals RL trained on, so a flat figure here means RL did not learn them")
-    train_curve = []
-    state = rl_dir / f"checkpoint-{steps}" / "trainer_state.json"
-    if state.is_file():
-        hist = json.loads(state.read_text()).get("log_history", [])
-        train_curve = [(h["step"], h["env/success"]) for h in hist if "env/success" in h]
-    plot_curve(points, train_curve, s.out / "learning_curve.png", n_eval, seed)
+        after = _evaluate(ck, sets, timings)
+        parts = []
+        for name, r in after.items():
+            gain, se = paired_gain(before[name]["wins"], r["wins"])
+            curves[name].append((step, r["success"], r["success_se"], se))
+            parts.append(f"{name} {r['success']:.1f}% ({gain:+.1f} +- {se:.1f})")
+        log(f"  step {step}: " + "; ".join(parts))
+    train_curve = _train_curve(rl_dir, steps)
+    plot_curve(curves["practised"], curves["heldout"], train_curve, s.out / "learning_curve.png", goals,
+               before["heldout"]["episodes"], seed)
     timings["total_s"] = time.time() - t_start
 
-    diff, se_diff = paired_gain(before["wins"], after["wins"])
-    best = max(p[1] for p in points[1:]) if len(points) > 1 else before["success"]
-    summary = {"design": design_name, "seed": seed, "quick": quick, "before": before, "after": after,
-               "gain": diff, "gain_paired_se": se_diff, "best": best, "curve": points, "train_curve": train_curve,
-               "train_goals": {"before": train_before, "after": train_after, "gain": train_gain,
-                               "gain_paired_se": train_se, "settings": on_train.to_dict()},
-               "warm_start": str(sft_dir), "heldout": heldout.to_dict(), "timings": timings,
-               "rl_s_per_step": timings["rl_s"] / steps, "checkpoint": str(rl_dir), "rl_command": argv}
+    summary: dict[str, Any] = {"design": design_name, "seed": seed, "quick": quick, "practised_goals": goals}
+    for name in sets:
+        gain, se = paired_gain(before[name]["wins"], after[name]["wins"])
+        summary[name] = {"before": before[name], "after": after[name], "gain": gain, "gain_paired_se": se,
+                         "curve": curves[name], "settings": sets[name].to_dict()}
+    summary.update({"train_curve": train_curve, "warm_start": str(sft_dir), "timings": timings,
+                    "rl_s_per_step": timings["rl_s"] / steps, "checkpoint": str(rl_dir), "rl_command": argv})
     (s.out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
-    log(f"seed {seed}: gain {diff:+.1f} points (paired s.e. {se_diff:.1f}, same {before['episodes']} goals); "
-        f"best checkpoint {best:.1f}%; total {timings['total_s'] / 60:.1f} min; checkpoint {rl_dir}; "
-        f"curve {s.out / 'learning_curve.png'}")
+    pr, ho = summary["practised"], summary["heldout"]
+    log(f"seed {seed}: practised goals {pr['gain']:+.1f} points (paired s.e. {pr['gain_paired_se']:.1f}, "
+        f"{pr['before']['episodes']} fresh episodes of {goals} goals); transfer to unseen goals {ho['gain']:+.1f} "
+        f"(paired s.e. {ho['gain_paired_se']:.1f}, {ho['before']['episodes']} episodes); timings (s) "
+        + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()) + f"; curve {s.out / 'learning_curve.png'}")
     return summary
+
+
+def report_line(summary: dict[str, Any]) -> str:
+    """The demo's last line: the practised goals first (RL's question), held-out transfer second."""
+    pr, ho = summary["practised"], summary["heldout"]
+    return (f"demo: practised goals before={pr['before']['success']:.1f} after={pr['after']['success']:.1f} "
+            f"(paired s.e. {pr['gain_paired_se']:.1f}); held-out before={ho['before']['success']:.1f} "
+            f"after={ho['after']['success']:.1f}")
 
 
 def _warm_only(out: Path, design_name: str, quick: bool, seed: int) -> int:
@@ -290,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a few-minute smoke version (few steps, few episodes)")
     p.add_argument("--design", default="tiny", help=f"model design: {', '.join(DESIGNS)}")
     p.add_argument("--rl-steps", type=int, default=None, help="RL steps (default: the design's)")
+    p.add_argument("--practised-goals", type=int, default=None,
+                   help="goals the RL phase practises: train seeds 0..K-1 (default: the design's)")
     p.add_argument("--warm-start", default=None, help="reuse this SFT checkpoint (skip the model build and SFT)")
     p.add_argument("--warm-only", action="store_true",
                    help="build the model and its SFT warm start only (OUT/sft), e.g. for `agentrl arena`")
@@ -299,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.rl_steps is not None and args.rl_steps < 1:
         print("agentrl demo: --rl-steps must be >= 1", file=sys.stderr)
+        return 2
+    if args.practised_goals is not None and not 1 <= args.practised_goals <= 232:
+        print("agentrl demo: --practised-goals must be in 1..232 (the depth-2 training goals)", file=sys.stderr)
         return 2
     warm = Path(args.warm_start) if args.warm_start else None
     if warm is not None and not (warm / "config.json").is_file():
@@ -313,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     quiet_wandb_banner()
     if args.warm_only:
         return _warm_only(Path(args.out), args.design, args.quick, args.seed)
-    s = run(Path(args.out), args.design, args.quick, args.seed, args.rl_steps, warm)
-    print(f"demo: success before={s['before']['success']:.1f} after={s['after']['success']:.1f}")
+    s = run(Path(args.out), args.design, args.quick, args.seed, args.rl_steps, warm, args.practised_goals)
+    print(report_line(s))
     return 0
 
 

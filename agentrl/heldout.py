@@ -25,7 +25,10 @@ class HeldOutSettings:
     families: list[str] | None = None
     """Reset option ``families`` (None = all of the env's families)."""
     episodes: int = 59
-    """Held-out tasks: seeds 0..episodes-1 of the split."""
+    """Held-out tasks: seeds 0..episodes-1 of the split (unless ``seeds`` is given)."""
+    seeds: list[int] | None = None
+    """Explicit task seeds instead of 0..episodes-1 (e.g. fresh distractor draws of the goals RL
+    practised: in TextCraft seed s and s + k x the pool size give the same goal)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of ``gymnasium.make`` (e.g. ``prompt_style``)."""
     context_mode: str = "window"
@@ -73,7 +76,8 @@ def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str
     options: dict[str, Any] = {"split": s.split}
     if s.families:
         options["families"] = list(s.families)
-    tasks = [{"seed": k, "options": options, "group_id": f"heldout-{k}"} for k in range(s.episodes)]
+    seeds = list(s.seeds) if s.seeds is not None else list(range(s.episodes))
+    tasks = [{"seed": k, "options": options, "group_id": f"heldout-{k}"} for k in seeds]
     rs = RolloutSettings(s.env_id, env_kwargs=s.env_kwargs, context_mode=s.context_mode,
                          history_length=s.history_length, max_turns=s.max_turns,
                          max_prompt_tokens=s.max_prompt_tokens, prefill=s.prefill,

@@ -149,7 +149,8 @@ def _group_curve(histories: list[list[dict]], key: str, window: int = 1):
 
 
 def _plot_band(ax, xs, ys, ses, label):
-    line, = ax.plot(xs, ys, label=label)
+    # a line through one point draws nothing: give a lone point a marker
+    line, = ax.plot(xs, ys, label=label, marker="o" if len(xs) == 1 else None)
     if any(ses):
         ax.fill_between(xs, [y - s for y, s in zip(ys, ses, strict=True)],
                         [y + s for y, s in zip(ys, ses, strict=True)], color=line.get_color(), alpha=0.2)
@@ -182,6 +183,7 @@ def make_report(run_dirs: list[str], out: str | Path, thresholds: list[float], w
         summary["runs"][label] = {
             "seeds": n,
             "points": len(xs),
+            "last_step": xs[-1] if xs else None,
             "final_success": ys[-1] if ys else None,
             "peak_success": max(ys) if ys else None,
             "steps_to_threshold": {str(t): steps_to_threshold(xs, ys, t) for t in thresholds},
@@ -292,14 +294,20 @@ def _threshold_figure(plt, summary: dict, thresholds: list[float], path: Path) -
     labels = [k for k, v in summary["runs"].items() if "steps_to_threshold" in v]
     fig, ax = plt.subplots(figsize=(6, 4))
     width = 0.8 / max(len(labels), 1)
+    # "never reached" is a hatched bar up to the last logged step (the budget), not a zero bar
+    # that reads as "reached at once"
+    budget = max([summary["runs"][lab].get("last_step") or 0 for lab in labels]
+                 + [v for lab in labels for v in summary["runs"][lab]["steps_to_threshold"].values() if v is not None]
+                 + [1])
     for i, label in enumerate(labels):
         st = summary["runs"][label]["steps_to_threshold"]
         for j, t in enumerate(thresholds):
             v = st[str(t)]
             x = j + i * width
             if v is None:
-                ax.bar(x, 0, width, hatch="//", edgecolor="gray", fill=False)
-                ax.text(x, 0, "never", rotation=90, ha="center", va="bottom", fontsize=7)
+                ax.bar(x, budget, width, hatch="//", edgecolor="gray", fill=False)
+                ax.text(x, budget / 2, f"never reached in {budget}", rotation=90, ha="center", va="center",
+                        fontsize=7)
             else:
                 ax.bar(x, v, width, label=label if j == 0 else None)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(thresholds))])

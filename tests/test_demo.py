@@ -34,28 +34,37 @@ def test_demo_quick(tmp_path):
                        env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"})
     assert p.returncode == 0, p.stderr[-3000:]
     last = p.stdout.strip().splitlines()[-1]
-    m = re.fullmatch(r"demo: success before=(\d+\.\d) after=(\d+\.\d)", last)
+    m = re.fullmatch(r"demo: practised goals before=(\d+\.\d) after=(\d+\.\d) \(paired s\.e\. (\d+\.\d)\); "
+                     r"held-out before=(\d+\.\d) after=(\d+\.\d)", last)
     assert m, last
     summary = json.loads((out / "demo_summary.json").read_text())
-    assert summary["before"]["episodes"] == summary["after"]["episodes"] == 12
-    assert float(m.group(1)) == round(summary["before"]["success"], 1)
-    # the training goals, greedy, before and after RL, beside the held-out goals
-    tg = summary["train_goals"]
-    assert tg["before"]["episodes"] == tg["after"]["episodes"] == 12
-    assert (tg["settings"]["split"], summary["heldout"]["split"]) == ("train", "valid")
+    pr, ho = summary["practised"], summary["heldout"]
+    got_line = [float(g) for g in m.groups()]
+    assert got_line == [round(pr["before"]["success"], 1), round(pr["after"]["success"], 1),
+                        round(pr["gain_paired_se"], 1), round(ho["before"]["success"], 1),
+                        round(ho["after"]["success"], 1)]
+    # practised goals at --quick scale: RL trains on train seeds 0..3 (4 goals); they are evaluated
+    # on 3 fresh draws each, seeds g + 232 m (m = 1..3): the same goals, never an RL task
+    assert summary["rl_command"][summary["rl_command"].index("--num_tasks") + 1] == "4"
+    seeds = pr["settings"]["seeds"]
+    assert sorted(seeds) == sorted(g + 232 * k for g in range(4) for k in (1, 2, 3))
+    assert pr["before"]["episodes"] == pr["after"]["episodes"] == 12
+    assert ho["before"]["episodes"] == ho["after"]["episodes"] == 12
+    assert (pr["settings"]["split"], ho["settings"]["split"]) == ("train", "valid")
     assert (out / "learning_curve.png").stat().st_size > 1000
     assert any((out / "rl").glob("checkpoint-*"))
     # `agentrl eval` of the demo's final checkpoint, with nothing but the tasks given, reads the
-    # run's own settings and reproduces the demo's figures: held-out (it reported 0% before) and
-    # the training goals. Success alone can be 0 on both sides at this scale, so the episode length
-    # and the invalid-action rate are compared too: both are non-zero here (episodes run until the
-    # 15-turn limit or a win, most quick-demo actions are invalid), and an eval that played other
-    # turn limits, prompts or tokens would change them
-    final = out / "rl" / f"checkpoint-{summary['curve'][-1][0]}"
-    for split, want in (("valid", summary["after"]), ("train", tg["after"])):
+    # run's own settings and reproduces the demo's figures on both sets, so the report line's
+    # "after" values are the final model's. Success alone can be 0 on both sides at this scale, so
+    # the episode length and the invalid-action rate are compared too: both are non-zero here
+    # (episodes run until the 15-turn limit or a win, most quick-demo actions are invalid), and an
+    # eval that played other seeds, turn limits, prompts or tokens would change them
+    final = out / "rl" / f"checkpoint-{pr['curve'][-1][0]}"
+    for split, tasks, want in (("valid", ["--episodes", "12"], ho["after"]),
+                               ("train", ["--seeds", ",".join(map(str, seeds))], pr["after"])):
         assert want["mean_length"] > 1 and want["invalid_rate"] > 0, (split, want)
         ev = subprocess.run([sys.executable, "-m", "agentrl", "eval", "--checkpoint", str(final), "--split", split,
-                             "--episodes", "12", "--families", "depth2", "--out", str(out / f"eval_{split}.json")],
+                             *tasks, "--families", "depth2", "--out", str(out / f"eval_{split}.json")],
                             cwd=REPO, capture_output=True, text=True, timeout=900,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"})
         assert ev.returncode == 0, ev.stderr[-2000:]
