@@ -43,11 +43,12 @@ def test_demo_quick(tmp_path):
     assert got_line == [round(pr["before"]["success"], 1), round(pr["after"]["success"], 1),
                         round(pr["gain_paired_se"], 1), round(ho["before"]["success"], 1),
                         round(ho["after"]["success"], 1)]
-    # practised goals at --quick scale: RL trains on train seeds 0..3 (4 goals); they are evaluated
-    # on 3 fresh draws each, seeds g + 232 m (m = 1..3): the same goals, never an RL task
-    assert summary["rl_command"][summary["rl_command"].index("--num_tasks") + 1] == "4"
+    # practised goals at --quick scale: RL trains on train seeds 99..102 (4 goals); they are
+    # evaluated on 3 fresh draws each, seeds g + 232 m (m = 1..3): the same goals, never an RL task
+    cmd = summary["rl_command"]
+    assert (cmd[cmd.index("--task_seed_start") + 1], cmd[cmd.index("--num_tasks") + 1]) == ("99", "4")
     seeds = pr["settings"]["seeds"]
-    assert sorted(seeds) == sorted(g + 232 * k for g in range(4) for k in (1, 2, 3))
+    assert sorted(seeds) == sorted(g + 232 * k for g in range(99, 103) for k in (1, 2, 3))
     assert pr["before"]["episodes"] == pr["after"]["episodes"] == 12
     assert ho["before"]["episodes"] == ho["after"]["episodes"] == 12
     assert (pr["settings"]["split"], ho["settings"]["split"]) == ("train", "valid")
