@@ -1,4 +1,4 @@
-"""``make demo``: the whole pipeline learning on CPU (2 cores, ~10 minutes after set-up).
+"""``make demo``: the whole pipeline on CPU (2 cores; docs/results/demo.md has the figures and times).
 
     python -m agentrl.demo [--out runs/demo] [--quick] [--design tiny|smollm2]
 
@@ -8,15 +8,15 @@
 2. **Warm start.** ``agentrl.sft`` on the env expert's trajectories of the *train* goals with TRL's
    SFTTrainer, deliberately short so held-out success stays moderate and RL has room.
 3. **RL.** ``agentrl.train`` on ``recipes/demo_<design>.yaml`` (AgentGRPOTrainer + a credit
-   module) from the SFT checkpoint, saving checkpoints along the way.
-4. **Evaluation** on the held-out ``valid`` goals (never trained on), greedy decoding: after SFT
-   ("before"), at each RL checkpoint (``learning_curve.png``) and after RL ("after"); and on the
-   *training* goals before and after RL, which tells "RL did not learn" (training goals flat) from
-   "what RL learned did not transfer" (training goals up, held-out flat).
+   module) from the SFT checkpoint on the *practised goals* (16 consecutive training goals, see
+   DESIGNS), saving checkpoints along the way.
+4. **Evaluation**, greedy, after SFT ("before"), at each RL checkpoint (``learning_curve.png``) and
+   after RL ("after"): on fresh episodes of the practised goals (distractor draws RL never saw),
+   the headline, and on the held-out ``valid`` goals (never trained on), transfer.
 
-The last line printed is ``demo: success before=X after=Y`` (percent of held-out episodes), so the
-gain shown is RL's own. Everything is seeded: the same command gives the same numbers on the same
-machine (thread scheduling aside).
+The last line printed is ``demo: practised goals before=.. after=.. (paired s.e. ..); held-out
+before=.. after=..`` (percent of episodes), so the gain shown is RL's own. Everything is seeded:
+the same command gives the same numbers on the same machine (thread scheduling aside).
 """
 
 from __future__ import annotations
