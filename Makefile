@@ -25,7 +25,7 @@ help:
 	@echo "make arena  - credit modules raced on the demo task from one warm start, 3 seeds (runs/arena, ~90 min)"
 	@echo "make setup  - venv + CPU torch + agentrl[$(EXTRAS)] + system packages (idempotent)"
 	@echo "make lint   - ruff"
-	@echo "make truth  - credit estimators scored against exact advantages/gradients on finite MDPs + 100-seed race (runs/truth, ~5 min)"
+	@echo "make truth  - credit estimators scored against exact advantages/gradients on finite MDPs + 100-seed race (runs/truth, ~4 min)"
 	@echo "make bench  - credit-module (100k records, one core) and env latency benchmarks"
 	@echo "make repro-bipace|repro-salt|repro-rtmc [SEEDS='0 1 2'] [VLLM=1] - the papers' GPU runs"
 	@echo "make repro-bipace-cpu|repro-salt-cpu|repro-rtmc-cpu - SmolLM2 CPU subsets (minutes)"
@@ -91,7 +91,7 @@ test-alfworld-native: setup
 	AGENTRL_ALFWORLD_FULL=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/envs/test_alfworld_native.py
 
 # Credit scored against exact advantages and policy gradients on finite MDPs, and a 100-seed
-# learning race (agentrl/truth; about 5 minutes on 2 idle cores). TRUTH_ARGS adds flags.
+# learning race (agentrl/truth; about 4 minutes on 2 idle cores). TRUTH_ARGS adds flags.
 TRUTH_ARGS ?=
 truth: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.truth --out runs/truth --force $(TRUTH_ARGS)
