@@ -159,15 +159,21 @@ class FiniteMDP:
         q[self.terminal] = 0.0
         return q
 
-    def optimal(self, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-        """Finite-horizon optimal values: Q*[t, s, a] and V*[t, s] (t = 0..H; V*[H] = 0)."""
+    def backward(self, gamma: float = 1.0, pi: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Backward induction over the horizon: Q[t, s, a] and V[t, s] (t = 0..H; V[H] = 0), with
+        V_t = sum_a pi Q_t for a policy ``pi`` (S, A), or max_a Q_t (the optimum) without one."""
         H = self.config.horizon
         V = np.zeros((H + 1, self.n_states))
         Q = np.zeros((H, self.n_states, self.n_actions))
         for t in range(H - 1, -1, -1):
             Q[t] = self.backup(V[t + 1], gamma)
-            V[t] = np.where(self.terminal, 0.0, Q[t].max(-1))
+            v = Q[t].max(-1) if pi is None else (pi * Q[t]).sum(-1)
+            V[t] = np.where(self.terminal, 0.0, v)
         return Q, V
+
+    def optimal(self, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """Finite-horizon optimal values Q*, V* (:meth:`backward` without a policy)."""
+        return self.backward(gamma)
 
     @staticmethod
     def token_ids(text: str) -> list[int]:

@@ -78,13 +78,7 @@ class Truth:
 
 def values(mdp: FiniteMDP, pi: np.ndarray, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Q^pi[t, s, a] and V^pi[t, s] by backward induction (see the module docstring)."""
-    H = mdp.config.horizon
-    V = np.zeros((H + 1, mdp.n_states))
-    Q = np.zeros((H, mdp.n_states, mdp.n_actions))
-    for t in range(H - 1, -1, -1):
-        Q[t] = mdp.backup(V[t + 1], gamma)
-        V[t] = np.where(mdp.terminal, 0.0, (pi * Q[t]).sum(-1))
-    return Q, V
+    return mdp.backward(gamma, pi)
 
 
 def occupancy(mdp: FiniteMDP, pi: np.ndarray) -> np.ndarray:

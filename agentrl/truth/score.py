@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.credit import Batch, available, compute, parse_spec, requirements
+from agentrl.credit import Batch, available, compare, compute, parse_spec, requirements
 from agentrl.envs.mdp import FiniteMDP, MDPConfig, generate
 from agentrl.truth.exact import TabularPolicy, Truth, truth
 from agentrl.truth.sample import Sample, sample_batch
@@ -85,9 +85,7 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
 def sign_agreement(est: np.ndarray, true: np.ndarray, tol: float = 1e-9) -> float:
     """Share of records with |true| > tol whose estimate has the same sign (a zero is wrong)."""
     m = np.abs(true) > tol
-    if not m.any():
-        return float("nan")
-    return float(np.mean(np.sign(est[m]) == np.sign(true[m])))
+    return compare.sign_agreement(est[m], true[m])  # an estimate of 0 never matches a nonzero sign
 
 
 def cosine(u: np.ndarray, v: np.ndarray) -> float:
