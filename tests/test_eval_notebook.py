@@ -63,9 +63,9 @@ def test_episode_metrics_by_hand():
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """Two real GRPO steps on TextCraft with a tiny model built from TextCraft text."""
+    import agentrl_envs  # noqa: F401
     import gymnasium as gym
 
-    import agentrl.envs  # noqa: F401
     from agentrl.models import build_tiny_model
 
     root = tmp_path_factory.mktemp("run")

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import agentrl_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import pytest
 
-import agentrl.envs  # noqa: F401  (registers the ids)
 from agentrl.eval import evaluate, has_tool_scores, main, markdown_table, tool_tables
 from agentrl.models.tiny import train_tokenizer
 

@@ -54,8 +54,7 @@ HUB = {("DigitalLearningGmbH/MATH-lighteval", None, "train"): FIX / "math_train.
 def hub(monkeypatch):
     """``datasets.load_dataset`` served from ``HUB``; the list of (id, config, split) asked for."""
     import datasets
-
-    from agentrl.tasks.benchmarks import read_rows
+    from agentrl_envs.tasks.benchmarks import read_rows
 
     asked = []
 

@@ -10,7 +10,7 @@ ablation of Table 4), one column per benchmark plus the mean, in points. A run f
 training's final ``save_model`` wrote: ``collab.json`` and each policy under ``policies/<name>/``
 (full weights or a LoRA adapter; one shared policy: the folder itself). ``--model`` evaluates an
 untrained model playing every role of ``--collab``. Benchmarks load from the hub or, with
-``name:path``, from a local file (``agentrl.tasks.benchmarks``); ``--generated`` uses
+``name:path``, from a local file (``agentrl_envs.tasks.benchmarks``); ``--generated`` uses
 reasoning-gym problems offline. Sampling: the paper's temperature 1.0, top-p 0.7 by default.
 """
 
@@ -104,7 +104,7 @@ def play(c: Collaboration, questions: list[str], gen) -> list[str]:
 
 def evaluate(c: Collaboration, problems_by_bench: dict[str, list], gen) -> dict[str, dict[str, float]]:
     """``{row: {benchmark: accuracy in points, ..., "mean": ...}}`` for rows full / without_<first>."""
-    from agentrl.tasks.math import verify_response
+    from agentrl_envs.tasks.math import verify_response
 
     cf = counterfactual(c, c.roles[0].name)
     rows: dict[str, dict[str, float]] = {"full": {}, f"without_{c.roles[0].name}": {}}
@@ -127,8 +127,8 @@ def table(rows: dict[str, dict[str, float]]) -> str:
 
 
 def problems(a: argparse.Namespace) -> dict[str, list]:
-    from agentrl.tasks.benchmarks import load_benchmark
-    from agentrl.tasks.math import reasoning_gym_problems
+    from agentrl_envs.tasks.benchmarks import load_benchmark
+    from agentrl_envs.tasks.math import reasoning_gym_problems
 
     out: dict[str, list] = {}
     try:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..tasks.math import MathProblem, verify_response
+from agentrl_envs.tasks.math import MathProblem, verify_response
+
 from .spec import Collaboration, Role, counterfactual, run
 
 

@@ -50,9 +50,8 @@ def collaboration(spec: Any, policies: str = "shared") -> Collaboration:
 
 def _answers_once(env_id: str) -> bool:
     """Whether ``env_id`` is registered with a ``MathAnswerEnv`` (or a subclass) as its entry point."""
+    from agentrl_envs.math_answer import MathAnswerEnv
     from gymnasium.envs.registration import load_env_creator, registry
-
-    from agentrl.envs.math_answer import MathAnswerEnv
 
     spec = registry.get(env_id)
     if spec is None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..tasks.math import remove_boxed
+from agentrl_envs.tasks.math import remove_boxed
 
 PLACEHOLDER = re.compile(r"(?<![A-Za-z\\}^_])\{([A-Za-z_]\w*)\}")
 """``{name}`` not glued to a preceding letter, backslash, ``}``, ``^`` or ``_`` (so ``\\boxed{x}``,

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 import numpy as np
+from agentrl_envs.actions import parse_action
 
-from ..actions import parse_action
 from .batch import Batch, factorize, factorize_rows
 
 DELTA = 1e-6
@@ -127,7 +127,7 @@ def action_key_first_n(batch: Batch, n: int) -> np.ndarray:
 
 
 def action_key_tag(batch: Batch) -> tuple[np.ndarray, float]:
-    """PACE's action-tag key: the body of ``<action>...</action>`` (agentrl.actions.parse_action).
+    """PACE's action-tag key: the body of ``<action>...</action>`` (agentrl_envs.actions.parse_action).
 
     Records normally already hold the parsed body; text with no well-formed tag pair is keyed by
     its stripped self. Returns (keys, share of actions that carried a parsable tag or none).

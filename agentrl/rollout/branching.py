@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentrl.actions import parse_action
+from agentrl_envs.actions import parse_action
+
 from agentrl.rollout.contexts import Row, TrajectoryContext, TrajectoryTokens, register_context
 from agentrl.rollout.env_batch import EnvFailure
 from agentrl.rollout.prompts import decode_response

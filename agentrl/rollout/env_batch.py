@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agentrl.envs.probe import make_env
+from agentrl_envs.probe import make_env
+
 from agentrl.rollout.prompts import turn_message, user_prompt
 
 

@@ -61,13 +61,12 @@ DEFAULT_TIMEOUT_S = 300.0
 
 def env_spec(env_id: str):
     """The registered spec of ``env_id``; ``"module:ID"`` imports ``module`` first (gymnasium's
-    syntax), so an env registered outside ``agentrl.envs`` can run in workers. The spec, not the
+    syntax), so an env registered outside ``agentrl_envs`` can run in workers. The spec, not the
     id, goes to the workers: they need not have imported whatever registered it."""
     import importlib
 
+    import agentrl_envs  # noqa: F401 - registers agentrl/* ids
     import gymnasium as gym
-
-    import agentrl.envs  # noqa: F401 - registers agentrl/* ids
 
     try:
         if ":" in env_id:

@@ -22,7 +22,8 @@ import statistics
 import time
 from typing import Any
 
-from agentrl.actions import format_action
+from agentrl_envs.actions import format_action
+
 from agentrl.rollout.env_pool import EnvFailure, LocalEnvs, WorkerEnvs
 
 

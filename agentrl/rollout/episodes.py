@@ -28,7 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.actions import parse_action
+from agentrl_envs.actions import parse_action
+
 from agentrl.records import StepRecord
 from agentrl.rollout.contexts import Context, make_context
 from agentrl.rollout.env_batch import EnvBatch, EnvFailure, InProcessEnvs

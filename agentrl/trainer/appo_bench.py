@@ -7,7 +7,7 @@ Prints, for the CPU recipe (``recipes/appo/cpu/appo_toolreason_tiny_appo.yaml``)
   difference goes: the entropy/Omega forward (``time/branch_stats_s``) and the branch rollout
   (``time/branch_rollout_s``) per rollout batch;
 * ToolReason's reset / step latency and the python sandbox's per-call cost
-  (``agentrl.envs.toolreason.latency``).
+  (``agentrl_envs.toolreason.latency``).
 
 Wall-clock figures on a shared machine move with its load: run it alone, or read the figures
 as upper bounds. ``--model``: a model folder (default: the recipe's ``runs/appo/tiny_warm``, built
@@ -53,7 +53,7 @@ def train_figures(model: str, steps: int, budget: int, out: Path) -> dict[str, f
 
 
 def measure(model: str, steps: int, calls: int) -> dict[str, dict[str, float]]:
-    from agentrl.envs.toolreason.latency import measure as env_latency
+    from agentrl_envs.toolreason.latency import measure as env_latency
 
     with tempfile.TemporaryDirectory() as tmp:
         out = {"branching_b1": train_figures(model, steps, 1, Path(tmp) / "b1"),

@@ -55,9 +55,8 @@ def expert_episodes(tokenizer, seeds, env_kwargs=None, options=None, max_prompt_
 
 def corpus(n: int = 60, env_kwargs=None) -> list[str]:
     """ToolReason text for the tokenizer: prompts, expert responses and tool results."""
+    import agentrl_envs  # noqa: F401  (registers the ids)
     import gymnasium as gym
-
-    import agentrl.envs  # noqa: F401  (registers the ids)
 
     env = gym.make(ENV_ID, **dict(ENV_KWARGS if env_kwargs is None else env_kwargs))
     texts = []

@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from agentrl.envs.mdp import FiniteMDP
+from agentrl_envs.mdp import FiniteMDP
 
 
 @dataclass

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from agentrl_envs.mdp import MDPConfig, generate
 
 from agentrl.credit import Batch
-from agentrl.envs.mdp import MDPConfig, generate
 from agentrl.truth.exact import TabularPolicy, objective, optimal_objective
 from agentrl.truth.sample import sample_batch
 from agentrl.truth.score import Contender, advantages, gradient_estimate, needs_fingerprint

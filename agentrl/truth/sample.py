@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from agentrl.envs.mdp import INVALID, FiniteMDP
+from agentrl_envs.mdp import INVALID, FiniteMDP
 
 
 @dataclass

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from agentrl_envs.mdp import FiniteMDP, MDPConfig, generate
 
 from agentrl.credit import Batch, available, compare, compute, parse_spec, requirements
-from agentrl.envs.mdp import FiniteMDP, MDPConfig, generate
 from agentrl.truth.exact import TabularPolicy, Truth, truth
 from agentrl.truth.sample import Sample, sample_batch
 

@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from agentrl_envs.mdp import FAMILIES, family_config
 
 from agentrl.arena_stats import auc, holm_verdicts, mean_se, median_steps, steps_to
-from agentrl.envs.mdp import FAMILIES, family_config
 from agentrl.truth.race import RaceSettings, run
 from agentrl.truth.score import (
     Contender,
@@ -37,7 +37,7 @@ class SuiteSettings:
     """What ``agentrl truth`` runs (defaults: the full suite, <= 10 minutes on 2 cores)."""
 
     families: tuple[str, ...] = tuple(FAMILIES)
-    """MDP families scored (``agentrl.envs.mdp.FAMILIES``)."""
+    """MDP families scored (``agentrl_envs.mdp.FAMILIES``)."""
     estimators: tuple[str, ...] = field(default_factory=lambda: tuple(default_contenders()))
     """Scored estimators, ``name[:key=value...]``."""
     seeds: int = 10

@@ -7,9 +7,8 @@ counting env's parity variant): rewards then spread inside groups, and the train
 verifier itself is tested on real answers in tests/tasks and tests/collab/test_math_env.py.
 """
 
+from agentrl_envs.math_answer import MathAnswerEnv
 from gymnasium.envs.registration import register, registry
-
-from agentrl.envs.math_answer import MathAnswerEnv
 
 
 class ParityMathEnv(MathAnswerEnv):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agentrl_envs.tasks.math import MathProblem
+
 from agentrl.collab import think_solve
 from agentrl.collab.eval_cli import evaluate, main, table
-from agentrl.tasks.math import MathProblem
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "math"
 

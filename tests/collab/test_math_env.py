@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from agentrl.envs.probe import make_env
+from agentrl_envs.probe import make_env
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "math"
 

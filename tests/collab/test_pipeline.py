@@ -4,10 +4,10 @@ the multi-policy trainer will call, in the order it calls them."""
 from __future__ import annotations
 
 import pytest
+from agentrl_envs.tasks.math import reasoning_gym_problems, verify_response
 
 from agentrl.collab import run, solo_solver, think_solve
 from agentrl.credit.collab import ccpo, parse_rating, rating_prompt, sepo
-from agentrl.tasks.math import reasoning_gym_problems, verify_response
 
 
 def test_think_solve_step_to_advantages():
@@ -71,8 +71,9 @@ def test_think_solve_step_to_advantages():
 
 
 def test_handoff_accuracy():
+    from agentrl_envs.tasks.math import MathProblem
+
     from agentrl.collab import handoff_accuracy
-    from agentrl.tasks.math import MathProblem
 
     problems = [
         MathProblem("1+1", "2", "a", "0"),

@@ -6,10 +6,9 @@ import hashlib
 import json
 
 import pytest
-
-from agentrl.actions import format_action
-from agentrl.envs.swe import SWEEnv, load_tasks
-from agentrl.envs.swe.sandbox import sandbox_problem
+from agentrl_envs.actions import format_action
+from agentrl_envs.swe import SWEEnv, load_tasks
+from agentrl_envs.swe.sandbox import sandbox_problem
 
 PROBLEM = sandbox_problem()
 bwrap = [pytest.mark.bwrap, pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox: {PROBLEM}")]

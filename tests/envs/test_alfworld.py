@@ -22,15 +22,14 @@ if importlib.util.find_spec("alfworld") is None or importlib.util.find_spec("tex
     pytest.skip("alfworld extra not installed (pip install alfworld==0.4.2 textworld==1.7.0)",
                 allow_module_level=True)
 
+import agentrl_envs  # noqa: E402,F401  (registers agentrl/*)
 import gymnasium as gym  # noqa: E402
+from agentrl_envs.actions import format_action  # noqa: E402
+from agentrl_envs.alfworld import generate as gen  # noqa: E402
+from agentrl_envs.alfworld.env import NOTHING_HAPPENS, ALFWorldEnv, normalize_command  # noqa: E402
+from agentrl_envs.alfworld.games import cache_base, ensure_generated, resolve_game_root  # noqa: E402
+from agentrl_envs.base import MALFORMED_MESSAGE  # noqa: E402
 from gymnasium.utils.env_checker import check_env  # noqa: E402
-
-import agentrl.envs  # noqa: E402,F401  (registers agentrl/*)
-from agentrl.actions import format_action  # noqa: E402
-from agentrl.envs.alfworld import generate as gen  # noqa: E402
-from agentrl.envs.alfworld.env import NOTHING_HAPPENS, ALFWorldEnv, normalize_command  # noqa: E402
-from agentrl.envs.alfworld.games import cache_base, ensure_generated, resolve_game_root  # noqa: E402
-from agentrl.envs.base import MALFORMED_MESSAGE  # noqa: E402
 
 FAMILY_NAMES = ["pick", "look", "clean", "heat", "cool", "pick2"]
 
@@ -160,8 +159,8 @@ def test_expert_wins_every_family(env, family):
 
 
 def test_planner_subproblem_keeps_goal_objects_only(env):
-    from agentrl.envs.alfworld.engine import pddl_env
-    from agentrl.envs.alfworld.planner import reduced_problem
+    from agentrl_envs.alfworld.engine import pddl_env
+    from agentrl_envs.alfworld.planner import reduced_problem
 
     tw = ALFWorldEnv(data_dir=env.root, engine="textworld")
     obs, info = tw.reset(seed=0, options={"split": "train", "families": ["pick2"]})
@@ -269,7 +268,7 @@ def test_prompt_holds_task_and_admissible_actions(env):
 
 
 def test_bad_options(env):
-    # one wording for every env (agentrl.envs.base.parse_reset_options)
+    # one wording for every env (agentrl_envs.base.parse_reset_options)
     with pytest.raises(ValueError, match="^unknown split 'test'; valid: train, valid_seen, valid_unseen, valid"):
         env.reset(seed=0, options={"split": "test"})
     with pytest.raises(ValueError, match="^unknown task family 'sweep'; valid: pick, look, clean, heat, cool, pick2$"):
@@ -288,7 +287,7 @@ def test_game_resolution(game_root, tmp_path, monkeypatch):
     assert resolve_game_root() == game_root
     monkeypatch.delenv("AGENTRL_ALFWORLD_DIR")
     monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))           # empty cache, no generation
-    with pytest.raises(FileNotFoundError, match="python -m agentrl.envs.alfworld.generate"):
+    with pytest.raises(FileNotFoundError, match="python -m agentrl_envs.alfworld.generate"):
         resolve_game_root(auto_generate=False)
 
 
@@ -313,8 +312,8 @@ def test_handcoded_expert_runs(game_root):
 def test_reused_env_plays_like_a_fresh_one(env, game_root):
     # envs persist across episodes (reset, not rebuilt): after other episodes, one left half
     # played on another game, the module's env replays a game as a new instance does
-    from agentrl.envs import expert_trace
-    from agentrl.envs.alfworld.engine import pddl_env
+    from agentrl_envs import expert_trace
+    from agentrl_envs.alfworld.engine import pddl_env
 
     expert_trace(env, 0, {"split": "train", "families": ["clean"]}, max_steps=3)
     options = {"split": "train", "families": ["look"]}
@@ -337,11 +336,10 @@ def test_game_cache_changes_nothing(game_root, monkeypatch):
     # the shared parses (GameCache) are pure memoization: a game plays the same without them,
     # and leaving the context restores the library's own functions
     import fast_downward
+    from agentrl_envs import expert_trace
+    from agentrl_envs.alfworld import engine
     from textworld.envs.pddl import logic
     from textworld.logic import Rule
-
-    from agentrl.envs import expert_trace
-    from agentrl.envs.alfworld import engine
 
     originals = (fast_downward.pddl2sas, logic.GameLogic, Rule.__dict__["parse_conjunctive_query"])
     options = {"split": "valid_seen", "families": ["heat"]}

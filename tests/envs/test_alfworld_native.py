@@ -32,10 +32,10 @@ if importlib.util.find_spec("alfworld") is None or importlib.util.find_spec("tex
     pytest.skip("alfworld extra not installed (pip install alfworld==0.4.2 textworld==1.7.0)",
                 allow_module_level=True)
 
-from agentrl.actions import format_action  # noqa: E402
-from agentrl.envs.alfworld import generate as gen  # noqa: E402
-from agentrl.envs.alfworld.env import ALFWorldEnv  # noqa: E402
-from agentrl.envs.alfworld.games import (  # noqa: E402
+from agentrl_envs.actions import format_action  # noqa: E402
+from agentrl_envs.alfworld import generate as gen  # noqa: E402
+from agentrl_envs.alfworld.env import ALFWorldEnv  # noqa: E402
+from agentrl_envs.alfworld.games import (  # noqa: E402
     DEFAULT_PER_FAMILY,
     DEFAULT_SEED,
     DEFAULT_VALID_PER_FAMILY,
@@ -44,7 +44,7 @@ from agentrl.envs.alfworld.games import (  # noqa: E402
     ensure_generated,
     list_games,
 )
-from agentrl.envs.alfworld.native import NativeEngine, display_list  # noqa: E402
+from agentrl_envs.alfworld.native import NativeEngine, display_list  # noqa: E402
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
 BAD_COMMANDS = ("fly to the moon", "take moon 1 from sky 1", "go to", "open", "examine nothing 7",
@@ -161,7 +161,7 @@ def test_demangled_names():
     # sorted ids: apple_bar_1 < apple_bar_2; the base "apple" has 2 instances handed out from the
     # top, so the first sorted id is "apple 2"; an id holding "basin" gets it appended to its base;
     # an id without "_bar_" keeps its text and an empty number ("agent1 ")
-    from agentrl.envs.alfworld.compiled import demangle
+    from agentrl_envs.alfworld.compiled import demangle
 
     assert demangle(["apple_bar_2", "agent1", "apple_bar_1", "sink_bar__minus_01_dot_2_bar_sinkbasin"]) == {
         "apple_bar_1": "apple 2", "apple_bar_2": "apple 1", "agent1": "agent1 ",
@@ -171,7 +171,7 @@ def test_demangled_names():
 def test_goal_pins_change_no_verdict(monkeypatch):
     # the goal check enumerates only pinned values; on every state of walkthroughs followed by
     # random moves it must agree with enumerating every object of each type
-    from agentrl.envs.alfworld import compiled
+    from agentrl_envs.alfworld import compiled
 
     for game_file in sample_games():
         eng = NativeEngine()

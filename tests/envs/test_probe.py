@@ -1,12 +1,11 @@
-"""The checks every entry point runs before an episode (agentrl.envs.probe) and the one reset-option
-parser (agentrl.envs.base.parse_reset_options): one wording, one line, the valid choices named."""
+"""The checks every entry point runs before an episode (agentrl_envs.probe) and the one reset-option
+parser (agentrl_envs.base.parse_reset_options): one wording, one line, the valid choices named."""
 
 from __future__ import annotations
 
 import pytest
-
-from agentrl.envs import ENV_SPECS, check_env_id, expert_trace, make_env, probe_task, registered_env_ids
-from agentrl.envs.base import parse_reset_options
+from agentrl_envs import ENV_SPECS, check_env_id, expert_trace, make_env, probe_task, registered_env_ids
+from agentrl_envs.base import parse_reset_options
 
 SPLITS = ("train", "valid")
 FAMS = ("a", "b", "c")

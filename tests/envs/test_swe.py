@@ -11,8 +11,13 @@ import gc
 import hashlib
 import json
 
+import agentrl_envs  # noqa: F401 - registers agentrl/SWE-v0
 import gymnasium as gym
 import pytest
+from agentrl_envs import expert_trace
+from agentrl_envs.actions import format_action
+from agentrl_envs.swe import SWEEnv, families, sandbox
+from agentrl_envs.swe import signatures as S
 from gymnasium.utils.env_checker import check_env
 from swe_common import (
     FLAGS0,
@@ -26,12 +31,6 @@ from swe_common import (
     bwrap,
     open_env,
 )
-
-import agentrl.envs  # noqa: F401 - registers agentrl/SWE-v0
-from agentrl.actions import format_action
-from agentrl.envs import expert_trace
-from agentrl.envs.swe import SWEEnv, families, sandbox
-from agentrl.envs.swe import signatures as S
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +241,7 @@ class TestEpisode:
         assert info["task_family"] == "wrong_default"
 
     def test_bad_reset_options(self, env):
-        # one wording for every env (agentrl.envs.base.parse_reset_options)
+        # one wording for every env (agentrl_envs.base.parse_reset_options)
         with pytest.raises(ValueError, match="^unknown task family 'typo'; valid: .*off_by_one"):
             env.reset(seed=0, options={"families": ["typo"]})
         with pytest.raises(ValueError, match="^families must not be empty; valid: .*off_by_one"):

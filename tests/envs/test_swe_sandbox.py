@@ -15,7 +15,15 @@ import threading
 import time
 import tracemalloc
 
+import agentrl_envs  # noqa: F401 - registers agentrl/SWE-v0
 import pytest
+from agentrl_envs.actions import format_action
+from agentrl_envs.swe import SWEEnv
+from agentrl_envs.swe import signatures as S
+from agentrl_envs.swe.grading import parse_result as _parse_result
+from agentrl_envs.swe.workspace import MAX_DEPTH
+from agentrl_envs.swe.workspace import rmtree as _rmtree
+from agentrl_envs.swe.workspace import scan as _scan
 from swe_common import (
     PAGES,
     PROBLEM,
@@ -23,15 +31,6 @@ from swe_common import (
     bash,
     open_env,
 )
-
-import agentrl.envs  # noqa: F401 - registers agentrl/SWE-v0
-from agentrl.actions import format_action
-from agentrl.envs.swe import SWEEnv
-from agentrl.envs.swe import signatures as S
-from agentrl.envs.swe.grading import parse_result as _parse_result
-from agentrl.envs.swe.workspace import MAX_DEPTH
-from agentrl.envs.swe.workspace import rmtree as _rmtree
-from agentrl.envs.swe.workspace import scan as _scan
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,14 @@ import json
 import math
 import random
 
+import agentrl_envs  # noqa: F401  (registers agentrl/*)
 import gymnasium as gym
 import pytest
+from agentrl_envs import expert_trace
+from agentrl_envs.actions import format_action
+from agentrl_envs.base import MALFORMED_MESSAGE
+from agentrl_envs.textcraft import FAMILIES, TextCraftEnv, goal_pool, recipes
 from gymnasium.utils.env_checker import check_env
-
-import agentrl.envs  # noqa: F401  (registers agentrl/*)
-from agentrl.actions import format_action
-from agentrl.envs import expert_trace
-from agentrl.envs.base import MALFORMED_MESSAGE
-from agentrl.envs.textcraft import FAMILIES, TextCraftEnv, goal_pool, recipes
 
 
 @pytest.fixture(scope="module")

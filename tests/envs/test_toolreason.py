@@ -6,15 +6,14 @@ import json
 import random
 from pathlib import Path
 
+import agentrl_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import pytest
-
-import agentrl.envs  # noqa: F401  (registers the ids)
-from agentrl.envs.swe.sandbox import sandbox_problem
-from agentrl.envs.toolreason import ToolReasonEnv
-from agentrl.envs.toolreason import format as F
-from agentrl.envs.toolreason.tools import kb_index
-from agentrl.tasks.qa import normalize_answer
+from agentrl_envs.swe.sandbox import sandbox_problem
+from agentrl_envs.tasks.qa import normalize_answer
+from agentrl_envs.toolreason import ToolReasonEnv
+from agentrl_envs.toolreason import format as F
+from agentrl_envs.toolreason.tools import kb_index
 
 PROBLEM = sandbox_problem()
 needs_sandbox = pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox: {PROBLEM}")
@@ -283,7 +282,7 @@ def test_dataset_family_spec_errors():
 @pytest.mark.bwrap
 @needs_sandbox
 def test_latency_entry_point(capsys):
-    from agentrl.envs.toolreason import latency
+    from agentrl_envs.toolreason import latency
 
     assert latency.main(["--calls", "1", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)

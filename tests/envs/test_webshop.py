@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import random
 
+import agentrl_envs  # noqa: F401  (registers agentrl/*)
 import gymnasium as gym
 import pytest
+from agentrl_envs import expert_trace
+from agentrl_envs.actions import format_action
+from agentrl_envs.base import MALFORMED_MESSAGE
+from agentrl_envs.webshop import WebShopEnv
+from agentrl_envs.webshop.catalog import Goal, Product, get_catalog, reward, type_reward
 from gymnasium.utils.env_checker import check_env
-
-import agentrl.envs  # noqa: F401  (registers agentrl/*)
-from agentrl.actions import format_action
-from agentrl.envs import expert_trace
-from agentrl.envs.base import MALFORMED_MESSAGE
-from agentrl.envs.webshop import WebShopEnv
-from agentrl.envs.webshop.catalog import Goal, Product, get_catalog, reward, type_reward
 
 CATEGORIES = ["electronics", "fashion", "food", "furniture", "makeup"]  # WebShop's five
 

@@ -19,9 +19,8 @@ import os
 import time
 from typing import Any
 
+from agentrl_envs.base import TextEnv
 from gymnasium.envs.registration import register, registry
-
-from agentrl.envs.base import TextEnv
 
 CRASH_ID = "agentrl-test/Crash-v0"
 SLEEP_ID = "agentrl-test/Sleep-v0"

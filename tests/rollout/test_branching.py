@@ -7,8 +7,8 @@ continues differently is scored on the whole step. No model: ~5 s (the tokenizer
 from __future__ import annotations
 
 import pytest
+from agentrl_envs.swe.sandbox import sandbox_problem
 
-from agentrl.envs.swe.sandbox import sandbox_problem
 from agentrl.rollout import InProcessEnvs, RolloutSettings, run_episodes
 from agentrl.rollout.branching import BranchStart, branch_start, branch_task
 from agentrl.rollout.prompts import decode_response, encode

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import time
 
+import agentrl_envs  # noqa: F401 - registers agentrl/* ids
 import gymnasium as gym
 import pytest
+from agentrl_envs.actions import format_action
 
-import agentrl.envs  # noqa: F401 - registers agentrl/* ids
-from agentrl.actions import format_action
 from agentrl.rollout.env_pool import EnvFailure, LocalEnvs, WorkerEnvs
 from agentrl.rollout.prompts import turn_message, user_prompt
 from tests.rollout.crash_envs import CRASH_ID
@@ -219,7 +219,7 @@ def test_workers_do_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, agentrl.rollout.env_pool, agentrl.envs; print('torch' in sys.modules)"
+    code = "import sys, agentrl.rollout.env_pool, agentrl_envs; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -271,7 +271,7 @@ def test_local_envs_is_the_same_interface_in_process():
 # --- results equal to the in-process path, per env -------------------------------------------------
 
 def _swe_marks():
-    from agentrl.envs.swe.sandbox import sandbox_problem
+    from agentrl_envs.swe.sandbox import sandbox_problem
 
     problem = sandbox_problem()
     return [pytest.mark.bwrap, pytest.mark.skipif(problem is not None, reason=f"no sandbox: {problem}")]

@@ -6,9 +6,8 @@ import json
 import os
 
 import pytest
-
-from agentrl.tasks.benchmarks import BENCHMARKS, load_benchmark, read_rows
-from agentrl.tasks.math import verify_response
+from agentrl_envs.tasks.benchmarks import BENCHMARKS, load_benchmark, read_rows
+from agentrl_envs.tasks.math import verify_response
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "math")
 FILES = {

@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from agentrl.tasks.math import (
+from agentrl_envs.tasks.math import (
     MathProblem,
     clean_gold,
     last_boxed,

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from agentrl.tasks import qa
+from agentrl_envs.tasks import qa
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "appo"
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentrl_envs.base import TextEnv
 from gymnasium.envs.registration import register, registry
-
-from agentrl.envs.base import TextEnv
 
 ENV_ID = "agentrl-test/Count-v0"
 

@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 import yaml
+from agentrl_envs.mdp import family_config, generate
 
 from agentrl.config import load_recipe
 from agentrl.credit import compute
-from agentrl.envs.mdp import family_config, generate
 from agentrl.records import StepRecord, read_jsonl
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from agentrl_envs.mdp import MDPConfig, generate
 
 from agentrl.credit import compute
-from agentrl.envs.mdp import MDPConfig, generate
 from agentrl.truth.exact import TabularPolicy, objective, occupancy, optimal_objective, truth, values
 from agentrl.truth.sample import rollouts, sample_batch
 from agentrl.truth.score import cosine, gradient_estimate, mean_direction_cosine, pearson

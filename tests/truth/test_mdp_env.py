@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from agentrl_envs import make_env
+from agentrl_envs.mdp import DISTRACTOR, INVALID, MOVE, FiniteMDPEnv, MDPConfig, family_config, generate
 from gymnasium.utils.env_checker import check_env
 
 from agentrl.credit import available, compute, requirements
-from agentrl.envs import make_env
-from agentrl.envs.mdp import DISTRACTOR, INVALID, MOVE, FiniteMDPEnv, MDPConfig, family_config, generate
 from agentrl.truth.exact import TabularPolicy
 from agentrl.truth.sample import sample_batch
 

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
+from agentrl_envs.mdp import MDPConfig
 
 from agentrl.arena_stats import holm, holm_verdicts, normal_p
 from agentrl.cli import main as cli_main
-from agentrl.envs.mdp import MDPConfig
 from agentrl.truth.__main__ import main as truth_main
 from agentrl.truth.race import Adam, RaceSettings, run, threshold
 from agentrl.truth.score import grpo_equivalent, parse_contender

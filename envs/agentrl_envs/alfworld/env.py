@@ -1,0 +1,269 @@
+"""ALFWorld (text) behind agentrl's TextEnv contract.
+
+Engines (``engine``):
+
+* ``"native"`` (default): :mod:`agentrl_envs.alfworld.native`, which plays a game as the
+  TextWorld stack does (same observations, commands, won, facts and planner plans; checked move
+  for move on every shipped game by ``tests/envs/test_alfworld_native.py``), ~400x faster. A
+  game whose domain or grammar it does not implement is played on TextWorld (one warning per
+  game), and so is every game with the handcoded expert (it reads TextWorld's state).
+* ``"textworld"``: the real ``alfworld`` stack as ``AlfredTWEnv`` builds it
+  (:mod:`agentrl_envs.alfworld.engine`): TextWorld's ``PddlEnv`` (``alfred.pddl`` +
+  ``alfred.twl2``) behind ``AlfredDemangler`` and ``AlfredInfos`` (plus ``AlfredExpert`` for the
+  handcoded expert). The reference.
+
+Games (:mod:`agentrl_envs.alfworld.games`): the official ``$ALFWORLD_DATA/json_2.1.1`` games when
+present, else ``$AGENTRL_ALFWORLD_DIR`` / ``data_dir``, else an offline generated set that is
+built on first use (:mod:`agentrl_envs.alfworld.generate`).
+
+Expert (``expert_type``):
+
+* ``"planner"`` (default): Fast Downward through TextWorld (the planner of
+  ``AlfredExpert(expert_type="planner")``), run on the task-relevant sub-problem
+  (:mod:`agentrl_envs.alfworld.planner`; the whole-game search took up to 90+ s). The plan is cached
+  and followed: it is kept while the agent executes its next command, takes an invalid
+  action or an action that changes no dynamic fact (look, examine, inventory), and is
+  recomputed only after a deviation. At reset a generated game's stored walkthrough (the
+  planner's plan from the initial state) is used. Optimal, offline, deterministic; it knows
+  where every object is.
+* ``"handcoded"``: ALFWorld's ``AlfredExpert(expert_type="handcoded")`` (explores under
+  partial observability; breaks ties with ``random``, which is seeded at every reset).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import warnings
+
+from agentrl_envs.alfworld.engine import TextWorldEngine, game_data
+from agentrl_envs.alfworld.games import (
+    canonical_families,
+    canonical_split,
+    list_games,
+    parse_options,
+    resolve_game_root,
+)
+from agentrl_envs.base import TextEnv
+
+NOTHING_HAPPENS = "Nothing happens."
+_TASK_RE = re.compile(r"Your task is to:\s*(.*?)\s*$", re.DOTALL)
+_WELCOME_RE = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*")
+EXPERT_TYPES = ("planner", "handcoded")
+ENGINES = ("native", "textworld")
+
+
+def normalize_command(cmd: str) -> str:
+    """Lower-case, single spaces, no trailing period: ALFWorld's command spelling."""
+    return re.sub(r"\s+", " ", cmd.strip().lower()).rstrip(".").strip()
+
+
+def split_intro(text: str) -> tuple[str, str]:
+    """ALFWorld's first feedback -> (task text, room description)."""
+    m = _TASK_RE.search(text)
+    task = m.group(1).rstrip(".").strip() if m else ""
+    obs = _WELCOME_RE.sub("", text[: m.start()] if m else text).strip()
+    return task, obs
+
+
+class ALFWorldEnv(TextEnv):
+    """ALFWorld household tasks, six families: pick, look, clean, heat, cool, pick2.
+
+    ``reset(seed, options={"split": "train"|"valid_seen"|"valid_unseen"|"valid",
+    "families": [...], "game_file": path})``: ``seed`` picks game ``seed % n`` of the split's
+    sorted game list (after the family filter); ``seed=None`` draws one with the env's RNG;
+    ``game_file`` plays that file. The first observation is the room description; the task
+    text ("put a clean cup in cabinet") is ``info["task"]``.
+
+    ``step``: reward 1.0 when the goal is reached (the episode terminates), else 0.0. A
+    command outside ALFWorld's admissible commands returns "Nothing happens." and the base
+    class's penalty, without touching the game (TextWorld would answer the same).
+    ``info`` adds ``admissible_actions``, ``state_sig``/``action_sig``, ``game_file``, ``split``.
+    """
+
+    env_title = "a household (ALFWorld)"
+
+    def __init__(self, data_dir: str | None = None, expert_type: str = "planner",
+                 auto_generate: bool = True, invalid_action_penalty: float = 0.1,
+                 history_length: int = 2, render_mode: str | None = None, engine: str = "native"):
+        """
+        Args:
+            data_dir: game tree (official ``json_2.1.1`` or ``python -m agentrl_envs.alfworld.generate``
+                output). None: ``$ALFWORLD_DATA/json_2.1.1`` if it holds games, else
+                ``$AGENTRL_ALFWORLD_DIR``, else the generated default set in
+                ``~/.cache/agentrl/alfworld`` (base: ``$AGENTRL_CACHE``).
+            expert_type: ``"planner"`` (Fast Downward, optimal, full knowledge) or
+                ``"handcoded"`` (ALFWorld's heuristic explorer) for :meth:`expert_action`.
+            auto_generate: build the default generated set on first use when no games are
+                found (48 games, ~2 s of CPU each: ~1-2 min on 2 idle cores); False raises.
+            invalid_action_penalty: subtracted from the reward of a malformed or inadmissible
+                action (BiPACE App. J).
+            history_length: (observation, action) pairs shown in the prompt.
+            render_mode: only "ansi" (``render()`` returns the last observation).
+            engine: ``"native"`` (agentrl's engine, the same plays ~400x faster; games it does
+                not implement and the handcoded expert use TextWorld) or ``"textworld"`` (the
+                reference TextWorld stack).
+        """
+        super().__init__(invalid_action_penalty=invalid_action_penalty,
+                         history_length=history_length, render_mode=render_mode)
+        if expert_type not in EXPERT_TYPES:
+            raise ValueError(f"unknown expert_type {expert_type!r}; valid: {', '.join(EXPERT_TYPES)}")
+        if engine not in ENGINES:
+            raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+        self.expert_type = expert_type
+        self.engine = engine
+        self.data_dir = data_dir
+        self.auto_generate = auto_generate
+        self._root: str | None = None
+        self._engines: dict[str, object] = {}
+        self._eng = None           # engine playing the current game
+        self._planner = None
+        self._game_file: str | None = None
+        self._game_data: dict = {}
+        self._game_id = ""
+        self._started = False
+        self._plan: list[str] | None = None
+        self._last_valid = True
+
+    # --- games ------------------------------------------------------------------------------
+    @property
+    def root(self) -> str:
+        """Root of the game tree in use (resolved, and generated if needed, on first use)."""
+        if self._root is None:
+            self._root = resolve_game_root(self.data_dir, self.auto_generate)
+        return self._root
+
+    def games(self, split: str = "train", families=None) -> list[tuple[str, str]]:
+        """Sorted (game_file, family) pairs of ``split``, restricted to ``families``."""
+        fams = set(canonical_families(families))
+        return [g for g in list_games(self.root, canonical_split(split)) if g[1] in fams]
+
+    # --- TextEnv hooks ----------------------------------------------------------------------
+    def _pick_game(self, seed: int | None, options) -> tuple[str, str, str | None]:
+        """(split, game file, family or None) of the reset: ``game_file``, else game
+        ``seed % n`` of the split's sorted list (after the family filter)."""
+        split, fams = parse_options(options)
+        if options.get("game_file"):
+            return split, os.path.abspath(str(options["game_file"])), None
+        games = [g for g in list_games(self.root, split) if g[1] in fams]
+        if not games:
+            raise ValueError(f"no ALFWorld games for split={split!r}, "
+                             f"families={options.get('families')} under {self.root}")
+        idx = seed % len(games) if seed is not None else int(self.np_random.integers(len(games)))
+        return (split, *games[idx])
+
+    def _reset_task(self, seed, options):
+        split, game_file, family = self._pick_game(seed, options)
+        if self.expert_type == "handcoded":
+            # AlfredExpert's handcoded agent breaks ties with the global `random`
+            random.seed(hashlib.sha1(f"{game_file}|{seed}".encode()).hexdigest())
+        if game_file != self._game_file:
+            self._eng = self._load(game_file)
+            self._game_file = game_file
+            self._game_data = game_data(game_file)
+        self._eng.reset()
+        if family is None:
+            from agentrl_envs.alfworld.families import TASK_TYPE_TO_FAMILY
+
+            with open(os.path.join(os.path.dirname(game_file), "traj_data.json")) as f:
+                family = TASK_TYPE_TO_FAMILY.get(json.load(f)["task_type"], "unknown")
+        self._started = True
+        walkthrough = self._game_data.get("walkthrough")
+        self._plan = list(walkthrough) if walkthrough else None
+        self._last_valid = True
+        self._game_id = hashlib.sha1(os.path.relpath(game_file, os.path.dirname(
+            os.path.dirname(os.path.dirname(game_file)))).encode()).hexdigest()[:12]
+        task, obs = split_intro(self._eng.feedback)
+        return task, obs, family, {"game_file": game_file, "split": split}
+
+    def _load(self, game_file: str):
+        """The engine for ``game_file``, with the game loaded (see the module docstring)."""
+        kind = "textworld" if self.engine == "textworld" or self.expert_type == "handcoded" else "native"
+        if kind == "native":
+            from agentrl_envs.alfworld.native import UnsupportedGame
+
+            try:
+                eng = self._engine("native")
+                eng.load(game_file)
+                return eng
+            except UnsupportedGame as e:
+                warnings.warn(f"ALFWorld native engine: {e}; this game is played on TextWorld",
+                              stacklevel=3)
+        eng = self._engine("textworld")
+        eng.load(game_file)
+        return eng
+
+    def _engine(self, kind: str):
+        if kind not in self._engines:
+            if kind == "native":
+                from agentrl_envs.alfworld.native import NativeEngine
+
+                self._engines[kind] = NativeEngine()
+            else:
+                self._engines[kind] = TextWorldEngine("handcoded" if self.expert_type == "handcoded" else None)
+        return self._engines[kind]
+
+    def _execute(self, action):
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
+        cmd = normalize_command(action)
+        if cmd not in self._eng.admissible:
+            self._last_valid = False
+            return NOTHING_HAPPENS, 0.0, False, False, {}
+        self._last_valid = True
+        before = self._eng.dynamic_facts()
+        self._eng.step(cmd)
+        if self._plan and cmd == self._plan[0]:
+            self._plan = self._plan[1:]
+        elif self._eng.dynamic_facts() != before:
+            self._plan = None          # deviation: replan on the next expert_action()
+        won = self._eng.won
+        return self._eng.feedback.strip(), (1.0 if won else 0.0), won, True, {"won": won}
+
+    def admissible_actions(self) -> list[str] | None:
+        if not self._started:
+            return None
+        return list(self._eng.admissible)
+
+    def expert_action(self) -> str | None:
+        if not self._started or self._eng.won:
+            return None
+        if self.expert_type == "handcoded":
+            plan = self._eng.expert_plan
+            return plan[0] if plan else None
+        if not self._plan or self._plan[0] not in self._eng.admissible:
+            if self._planner is None:
+                from agentrl_envs.alfworld.planner import SubproblemPlanner
+
+                self._planner = SubproblemPlanner()
+            self._plan = self._eng.plan(self._planner)
+        return self._plan[0] if self._plan else None
+
+    def signatures(self, action: str | None) -> dict[str, str]:
+        """``state_sig``: hash of the game id and its dynamic facts (agent location, held
+        objects, open receptacles, object positions, clean/hot/cool/toggled/sliced flags) after
+        the step, so equal states reached in any order share it. ``action_sig``: the
+        normalized command; "invalid" for a malformed or inadmissible one; "" at reset."""
+        if not self._started:
+            return {}
+        facts = self._eng.dynamic_facts()
+        sig = hashlib.sha1((self._game_id + "|" + ";".join(facts)).encode()).hexdigest()[:16]
+        if action is None:
+            a = "" if self._steps == 0 else "invalid"
+        else:
+            a = normalize_command(action) if self._last_valid else "invalid"
+        return {"state_sig": sig, "action_sig": a}
+
+    def close(self):
+        for obj in [*getattr(self, "_engines", {}).values(), getattr(self, "_planner", None)]:
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:
+                    pass
+        self._planner = None
+        self._engines = {}
+        super().close()

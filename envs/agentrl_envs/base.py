@@ -1,0 +1,217 @@
+"""Common contract of agentrl's text environments.
+
+Every env is a gymnasium.Env whose observations and actions are printable text:
+
+* ``reset(seed=s, options={"split": "train"|"valid", "families": [...]})`` is deterministic:
+  the same seed (and options) gives the same task and the same observations for the same actions.
+* ``step(response)`` takes the model's *raw response*; the env executes the body of the first
+  well-formed ``<action>...</action>`` (``agentrl_envs.actions.parse_action``). A malformed response
+  or an action the env rejects returns the env's own message plus ``-invalid_action_penalty``
+  and the episode goes on. ``step`` never raises on model output.
+* ``info`` always carries: ``task`` (goal text), ``task_family``, ``won``, ``action_valid``,
+  ``action`` (the parsed body or None) and, where the env has them, ``admissible_actions``,
+  ``state_sig`` and ``action_sig`` (RTMC signatures). ``action`` and the signatures are clipped
+  to the action space's ``MAX_ACTION`` characters; messages that quote the model's command
+  quote at most ``ECHO_CHARS`` of it (``clip``).
+* ``prompt(obs, info, history, step)`` renders the user message (BiPACE App. J contract: task,
+  step count, recent history, admissible actions, the ``<action>`` output format).
+* ``expert_action()`` returns the expert's next action body for the current state (SFT data,
+  tests, the eval upper bound) or None when the expert has no move.
+
+Subclasses implement ``_reset_task`` and ``_execute``; they inherit parsing, the penalty, step
+counting, the info keys and the prompt.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from agentrl_envs.actions import parse_action
+
+PRINTABLE = string.printable
+MAX_TEXT = 200_000
+MAX_ACTION = 4096  # the action space's max_length
+ECHO_CHARS = 200  # how much of the model's own command an error message may quote
+
+MALFORMED_MESSAGE = "Invalid response: write exactly one command inside <action>...</action>."
+
+
+def to_printable(text: str) -> str:
+    """Map text onto the printable charset of the observation space (unicode -> '?')."""
+    return "".join(c if c in PRINTABLE else "?" for c in text)[:MAX_TEXT]
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked by "...".
+
+    Env messages quote the model's command ("Could not execute ..."); unclipped, one
+    200k-character response would be echoed into every later prompt.
+    """
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def truncate(text: str, limit: int) -> str:
+    """Keep the head and tail of ``text``, marker included within ``limit`` characters (tool
+    output: the end of a traceback matters as much as its start)."""
+    if len(text) <= limit:
+        return text
+    room = limit - len("\n[...  characters truncated ...]\n") - len(str(len(text)))
+    if room < 2:
+        return text[:limit]
+    head, tail = room - room // 2, room // 2
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters truncated ...]\n{text[len(text) - tail:]}"
+
+
+def parse_reset_options(options: dict[str, Any] | None, splits, families, extra_keys=(),
+                        default_split: str = "train", split_aliases: dict[str, str] | None = None,
+                        family_aliases: dict[str, str] | None = None) -> tuple[str, list[str]]:
+    """Check the common reset options of every env; return (split, families).
+
+    ``options`` may hold ``split`` (one of ``splits``, or a key of ``split_aliases``),
+    ``families`` (a name or a non-empty list of names of ``families``, or keys of
+    ``family_aliases``; default all) and the env-specific ``extra_keys`` (checked by the env).
+    Anything else is a one-line ValueError in one wording for every env:
+    ``unknown <what> <value>; valid: <choices>``.
+    """
+    options = options or {}
+    allowed = ("split", "families", *extra_keys)
+    bad = sorted(set(options) - set(allowed), key=str)
+    if bad:
+        raise ValueError(f"unknown reset option(s) {bad}; valid: {', '.join(allowed)}")
+    split_aliases, family_aliases = split_aliases or {}, family_aliases or {}
+    split = options.get("split", default_split)
+    if not isinstance(split, str) or split_aliases.get(split, split) not in splits:
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join([*splits, *split_aliases])}")
+    fams = options.get("families")
+    valid_fams = ", ".join(families)
+    if fams is None:
+        return split_aliases.get(split, split), list(families)
+    if isinstance(fams, str):
+        fams = [fams]
+    elif not isinstance(fams, (list, tuple)):
+        raise ValueError(f"families must be a name or a list of names, got {clip(repr(fams))}; "
+                         f"valid: {valid_fams}")
+    if not fams:
+        raise ValueError(f"families must not be empty; valid: {valid_fams}")
+    out = []
+    for f in fams:
+        name = family_aliases.get(f, f) if isinstance(f, str) else None  # a list is unhashable
+        if name is None or name not in families:
+            raise ValueError(f"unknown task family {clip(repr(f))}; valid: {valid_fams}")
+        out.append(name)
+    return split_aliases.get(split, split), out
+
+
+class TextEnv(gym.Env):
+    """Base class: parsing, penalty, info keys, prompt. See the module docstring."""
+
+    metadata = {"render_modes": ["ansi"]}
+    env_title = "a text environment"
+    """Human-readable name used in the prompt ("a household", "Minecraft crafting", ...)."""
+
+    def __init__(self, invalid_action_penalty: float = 0.1, history_length: int = 2,
+                 render_mode: str | None = None):
+        self.invalid_action_penalty = float(invalid_action_penalty)
+        self.history_length = int(history_length)
+        self.render_mode = render_mode
+        self.observation_space = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=PRINTABLE)
+        self.action_space = spaces.Text(max_length=MAX_ACTION, min_length=0, charset=PRINTABLE)
+        self._obs = ""
+        self._task = ""
+        self._family = ""
+        self._won = False
+        self._steps = 0
+
+    # --- to implement -------------------------------------------------------------------------
+    def _reset_task(self, seed: int | None, options: dict[str, Any]) -> tuple[str, str, str, dict]:
+        """Load the task for ``seed``; return (task_text, first_obs, task_family, extra_info)."""
+        raise NotImplementedError
+
+    def _execute(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        """Run a parsed action; return (obs, reward, terminated, valid, extra_info).
+
+        ``valid=False`` means the env rejected the command (unknown, inadmissible): the base
+        class then subtracts the invalid-action penalty. Set ``extra_info["won"]`` on success.
+        """
+        raise NotImplementedError
+
+    def expert_action(self) -> str | None:
+        """The expert's next action body in the current state (None if it has none)."""
+        raise NotImplementedError
+
+    def admissible_actions(self) -> list[str] | None:
+        """Valid commands in the current state, where the env can list them."""
+        return None
+
+    def signatures(self, action: str | None) -> dict[str, str]:
+        """Optional RTMC signatures: {"state_sig": ..., "action_sig": ...}."""
+        return {}
+
+    # --- shared machinery ---------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        self._task, obs, self._family, extra = self._reset_task(seed, options)
+        self._obs = to_printable(obs)
+        self._won = False
+        self._steps = 0
+        info = self._info(action=None, valid=True, extra=extra)
+        return self._obs, info
+
+    def step(self, response: str):
+        self._steps += 1
+        action = parse_action(response if isinstance(response, str) else str(response))
+        if action is None:
+            obs, reward, terminated, valid, extra = MALFORMED_MESSAGE, 0.0, False, False, {}
+        else:
+            obs, reward, terminated, valid, extra = self._execute(action)
+        if not valid:
+            reward = float(reward) - self.invalid_action_penalty
+        self._won = bool(extra.pop("won", self._won))
+        self._obs = to_printable(obs)
+        info = self._info(action=action, valid=valid, extra=extra)
+        info["penalty"] = 0.0 if valid else float(self.invalid_action_penalty)  # already in ``reward``
+        return self._obs, float(reward), bool(terminated), False, info
+
+    def _info(self, action: str | None, valid: bool, extra: dict) -> dict[str, Any]:
+        # the action text (and its signature) is bounded by the action space's length: a
+        # runaway response must not ride along in every record/log that keeps ``info``
+        info: dict[str, Any] = {
+            "task": self._task,
+            "task_family": self._family,
+            "won": self._won,
+            "action_valid": valid,
+            "action": None if action is None else clip(action, MAX_ACTION),
+        }
+        adm = self.admissible_actions()
+        if adm is not None:
+            info["admissible_actions"] = adm
+        info.update({k: clip(v, MAX_ACTION) if isinstance(v, str) else v
+                     for k, v in self.signatures(action).items()})
+        info.update(extra)
+        return info
+
+    def render(self):
+        return self._obs
+
+    # --- prompt (BiPACE App. J contract) ------------------------------------------------------
+    def prompt(self, obs: str, info: dict[str, Any], history: list[tuple[str, str]], step: int,
+               history_length: int | None = None) -> str:
+        """User message for one step. The first step omits history (App. J)."""
+        h = self.history_length if history_length is None else history_length
+        lines = [f"You are an agent in {self.env_title}. Your task: {info.get('task', self._task)}"]
+        recent = history[-h:] if h > 0 else []
+        if step > 0 and recent:
+            lines.append(f"You have taken {step} step(s). Your last {len(recent)} observation(s) and action(s):")
+            for o, a in recent:
+                lines.append(f"Observation: {o}\nAction: {a}")
+        lines.append(f"Current observation: {obs}")
+        adm = info.get("admissible_actions")
+        if adm:
+            lines.append("Admissible actions: " + ", ".join(adm))
+        lines.append("Reply with your next command inside <action>...</action>.")
+        return "\n".join(lines)

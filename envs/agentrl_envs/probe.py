@@ -1,0 +1,86 @@
+"""Env ids and tasks checked before a run starts, and the expert played through an env.
+
+Config validation, ``agentrl eval``, ``agentrl sft`` and the benchmarks all ask the same two
+questions before any episode: is this env id registered, and do these env kwargs and reset options
+give a task? They ask them here, in one wording, without importing the rollout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NAMESPACE = "agentrl/"
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type name when the message is empty):
+    what a one-line error shows of a library's multi-line message."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def registered_env_ids() -> list[str]:
+    """The registered ``agentrl/*`` env ids, sorted (agentrl's own and any an env module added)."""
+    from gymnasium.envs.registration import registry
+
+    import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
+
+    return sorted(k for k in registry if k.startswith(NAMESPACE))
+
+
+def check_env_id(env_id: str) -> None:
+    """ValueError, one line naming the valid ids, unless ``env_id`` is registered with gymnasium
+    (import an env module that registers its ids before asking)."""
+    from gymnasium.envs.registration import registry
+
+    import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
+
+    if env_id not in registry:
+        raise ValueError(f"unknown env id {env_id!r}; valid: {', '.join(registered_env_ids())}")
+
+
+def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None):
+    """``gymnasium.make(env_id, **env_kwargs)`` after :func:`check_env_id`; bad kwargs raise a
+    one-line ValueError too."""
+    import gymnasium as gym
+
+    check_env_id(env_id)
+    try:
+        return gym.make(env_id, **(env_kwargs or {}))
+    except Exception as e:
+        raise ValueError(f"cannot make {env_id} with env_kwargs {env_kwargs or {}}: {first_line(e)}") from None
+
+
+def probe_task(env_id: str, env_kwargs: dict[str, Any] | None, seed: int | None,
+               options: dict[str, Any] | None) -> None:
+    """Make the env and reset it once: an unknown id, bad env kwargs or bad reset options (split,
+    families) raise a one-line ValueError here, instead of turning every episode of a run into an
+    env error."""
+    env = make_env(env_id, env_kwargs)
+    try:
+        env.reset(seed=seed, options=options)
+    except Exception as e:
+        raise ValueError(f"cannot reset {env_id} with task options {options}: {first_line(e)}") from None
+    finally:
+        env.close()
+
+
+def expert_trace(env, seed: int | None, options: dict[str, Any] | None = None,
+                 max_steps: int | None = None) -> list[tuple]:
+    """Reset ``env`` and follow its expert until the episode ends, the expert has no move or
+    ``max_steps`` steps were taken. Returns ``[(obs, info)]`` for the reset, then
+    ``(obs, reward, terminated, truncated, info)`` per step: what a determinism check compares
+    (a reused env against a fresh one, a worker process against the training process)."""
+    from agentrl_envs.actions import format_action
+
+    obs, info = env.reset(seed=seed, options=options)
+    trace: list[tuple] = [(obs, info)]
+    while max_steps is None or len(trace) <= max_steps:
+        body = env.unwrapped.expert_action()
+        if body is None:
+            break
+        step = env.step(format_action(body))
+        trace.append(step)
+        if step[2] or step[3]:
+            break
+    return trace
