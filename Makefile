@@ -100,8 +100,8 @@ lint: setup
 	$(BIN)/ruff check agentrl tests
 
 bench: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.bench credit --records 100000 --repeats 7
-	$(BIN)/python -m agentrl.bench envs --episodes 10
+	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.benchmarks credit --records 100000 --repeats 7
+	$(BIN)/python -m agentrl.benchmarks envs --episodes 10
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis
@@ -180,7 +180,7 @@ repro-appo: setup
 	@$(REPORT_FAILED)
 
 repro-appo-cpu: setup
-	[ -f runs/appo/tiny_warm/config.json ] || $(BIN)/python -m agentrl.trainer.appo_warm --out runs/appo/tiny_warm
+	[ -f runs/appo/tiny_warm/config.json ] || $(BIN)/python -m agentrl.benchmarks appo-warm --out runs/appo/tiny_warm
 	@$(START_RUNS)
 	$(foreach r,$(call RECIPES_IN,recipes/appo/cpu/*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
 	@$(REPORT_FAILED)

@@ -23,7 +23,7 @@ COMMANDS = {
     "sft": ("agentrl.sft", "supervised warm start on an env's expert trajectories"),
     "demo": ("agentrl.demo", "the CPU demo: SFT warm start, RL, held-out evaluation"),
     "arena": ("agentrl.arena", "race credit modules from one warm start over seeds: held-out curves, paired stats"),
-    "bench": ("agentrl.bench", "benchmarks: agentrl bench credit --records N --json"),
+    "bench": ("agentrl.benchmarks", "benchmarks behind one dispatcher: agentrl bench NAME [ARGS]; --help lists them"),
     "truth": ("agentrl.truth.__main__", "credit scored against exact advantages and policy gradients on finite MDPs"),
 }
 

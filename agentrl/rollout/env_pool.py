@@ -473,7 +473,7 @@ class LocalEnvs:
     The trainer keeps one for the run, as it keeps a pool: envs are made once and reset every
     iteration. A fresh env per episode costs TextCraft a ``gym.make`` plus gymnasium's env
     checker, which runs on the first reset and step of every new env (~0.1 s per iteration of
-    32 episodes on the tiny-model setting of ``python -m agentrl.bench overhead``, about 9% of
+    32 episodes on the tiny-model setting of ``agentrl bench overhead``, about 9% of
     its step). It shares ``SlotEnvs`` with the workers, so the rollout benchmark's baseline
     compares transport, not code. ``InProcessEnvs`` (a fresh batch per ``run_episodes`` call)
     stays the default of eval and the demo.

@@ -220,7 +220,7 @@ def test_python_m_credit_compare(tmp_path):
 
 
 def test_bench_smoke(capsys):
-    from agentrl.bench import main as bench_main
+    from agentrl.benchmarks import main as bench_main
 
     assert bench_main(["credit", "--records", "400", "--repeats", "1", "--dim", "8", "--json"]) == 0
     js = json.loads(capsys.readouterr().out)

@@ -213,9 +213,9 @@ def test_unsupported_game_falls_back_to_textworld(tmp_path, engines):
 
 
 def test_env_bench_benches_or_skips_every_env(capsys, monkeypatch):
-    # `python -m agentrl.bench envs`: ALFWorld per engine; an env without an expert (MathAnswer)
+    # `agentrl bench envs`: ALFWorld per engine; an env without an expert (MathAnswer)
     # is a row with its reason, not a crash
-    from agentrl.bench import main as bench_main
+    from agentrl.benchmarks import main as bench_main
 
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     monkeypatch.setenv("AGENTRL_ALFWORLD_DIR", game_set_root())

@@ -124,8 +124,8 @@ class TestIsolation:
 @pytest.mark.bwrap
 @pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox: {PROBLEM}")
 def test_latency(env):
-    """reset and a bash step stay interactive. The figures are `make bench`'s (`python -m
-    agentrl.bench envs`: reset 8 ms, a step 116 ms median at load 4.8 on 2 cores); the bounds
+    """reset and a bash step stay interactive. The figures are `make bench`'s (`agentrl bench
+    envs`: reset 8 ms, a step 116 ms median at load 4.8 on 2 cores); the bounds
     here are 100x and 40x those: a busy machine does not trip them, a gross regression does."""
     resets, steps = [], []
     for i in range(5):

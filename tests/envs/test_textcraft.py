@@ -207,8 +207,8 @@ def test_random_play_never_raises():
 
 
 def test_env_bench_drives_the_expert(capsys):
-    # `python -m agentrl.bench envs`: latency rows come from real expert episodes
-    from agentrl.bench import main as bench_main
+    # `agentrl bench envs`: latency rows come from real expert episodes
+    from agentrl.benchmarks import main as bench_main
 
     assert bench_main(["envs", "--envs", "agentrl/TextCraft-v0,agentrl/WebShop-v0", "--episodes", "3", "--json"]) == 0
     rows = {r["env"]: r for r in json.loads(capsys.readouterr().out)["results"]}

@@ -9,7 +9,7 @@ number of envs made in the process, so a test can tell a reused env from a rebui
 
 ``agentrl-test/Sleep-v0``: the same counting game whose reset and step sleep
 ``options["sleep_ms"]`` (default 20 ms) without using a core: env time that keeps falling with
-more workers when the cores are not the limit (``python -m agentrl.bench rollout --env
+more workers when the cores are not the limit (``agentrl bench rollout --env
 tests.rollout.crash_envs:agentrl-test/Sleep-v0``).
 """
 

@@ -1,5 +1,5 @@
 """APPO end to end: the CPU recipe (recipes/appo/cpu/appo_toolreason_tiny_appo.yaml) on the real
-ToolReason env and a real tiny model warm-started on the env's expert (agentrl.trainer.appo_warm),
+ToolReason env and a real tiny model warm-started on the env's expert (agentrl.benchmarks.appo_warm),
 2 training steps, then 2 more resumed from the checkpoint. Checks: branches are generated from the
 chosen tokens, the rows' advantages are Eq. 6's (worked out here from the saved records), Eq. 7's
 weight is applied in the loss, the checkpoint resumes. Runtime: ~3-4 min on a loaded 2-core
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from agentrl.config import load_recipe
-from agentrl.credit import appo as F
+from agentrl.credit import appo as appo_credit
 from agentrl.records import read_jsonl
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "recipes/appo/cpu/appo_toolreason_tiny_appo.yaml")
@@ -23,7 +23,7 @@ RECIPE = str(Path(__file__).resolve().parents[2] / "recipes/appo/cpu/appo_toolre
 
 @pytest.fixture(scope="module")
 def warm_dir(tmp_path_factory):
-    from agentrl.trainer.appo_warm import warm_tiny_model
+    from agentrl.benchmarks.appo_warm import warm_tiny_model
 
     return str(warm_tiny_model(tmp_path_factory.mktemp("appo") / "tiny"))
 
@@ -48,14 +48,14 @@ def _hand_group_relative(values, groups):
 
 
 def test_appo_recipe_end_to_end_and_resume(tmp_path, warm_dir):
-    from agentrl.trainer.appo import AppoTrainer
+    from agentrl.algorithms.appo import Appo
 
     out = tmp_path / "run"
     tr = _trainer(warm_dir, out)
-    assert isinstance(tr, AppoTrainer)
+    assert isinstance(tr.algorithm, Appo)
     tr.train()
     assert tr.state.global_step == 2 and (out / "checkpoint-2").is_dir()
-    la, lr = tr.last_appo, tr.last_rollout
+    la, lr = tr.algorithm.last_branching, tr.last_rollout
     parents = [ep for ep in lr["episodes"] if "#b" not in ep.traj_id]
     branches = la["branches"]
     assert len(parents) == 8
@@ -109,11 +109,11 @@ def test_appo_recipe_end_to_end_and_resume(tmp_path, warm_dir):
         np.testing.assert_allclose(adv[mask], want[mask], atol=1e-5)
 
     # --- Eq. 7 inside the loss (the last micro-batch: off-policy, old log-probs from the rollout)
-    fut = tr.last_future
-    kw = tr.appo_kwargs
-    f = F.future_weight(F.future_kl(fut["logps"], fut["old_logps"], fut["mask"], 2 ** (-1 / 64)), 0.2, True)
+    fut = tr.algorithm.last_future
+    kw = tr.algorithm.kwargs
+    f = appo_credit.future_weight(appo_credit.future_kl(fut["logps"], fut["old_logps"], fut["mask"], 2 ** (-1 / 64)), 0.2, True)
     ratio = np.exp(fut["logps"] - fut["old_logps"])
-    np.testing.assert_allclose(fut["weighted"], F.future_aware_advantages(fut["advantages"], f, ratio, 1.0, 6.0),
+    np.testing.assert_allclose(fut["weighted"], appo_credit.future_aware_advantages(fut["advantages"], f, ratio, 1.0, 6.0),
                                atol=1e-6)
     assert kw["b"] == 1.0 and np.all(f[fut["mask"]] >= 1.0)
     m = fut["mask"] & (fut["advantages"] != 0) & (ratio <= 6.0)
@@ -129,6 +129,6 @@ def test_appo_recipe_end_to_end_and_resume(tmp_path, warm_dir):
     tr2 = _trainer(warm_dir, out, "--max_steps", "4")
     tr2.train(resume_from_checkpoint=str(out / "checkpoint-2"))
     assert tr2.state.global_step == 4 and (out / "checkpoint-4").is_dir()
-    om, mm = tr2.last_appo["omega"], tr2.last_appo["stats"]["model_mask"]
+    om, mm = tr2.algorithm.last_branching["omega"], tr2.algorithm.last_branching["stats"]["model_mask"]
     assert np.any(om[mm] != 1.0)
     assert np.all(om[~mm] == 1.0)  # env tokens and padding carry no Omega

@@ -1,4 +1,4 @@
-"""A tiny ToolReason policy for APPO's CPU checks: ``python -m agentrl.trainer.appo_warm --out DIR``.
+"""A tiny ToolReason policy for APPO's CPU checks: ``agentrl bench appo-warm --out DIR``.
 
 A random-init tiny model never writes a well-formed tool call, so every rollout would score -1,
 every group advantage would be 0 and a test of APPO would check nothing. This builds a tiny Qwen2
@@ -113,7 +113,7 @@ def warm_tiny_model(out_dir: str | Path, steps: int = 150, tasks: int = 32, seed
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agentrl.trainer.appo_warm", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="agentrl bench appo-warm", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="model folder to write")
     ap.add_argument("--steps", type=int, default=150, help="warm-start steps (default 150)")
     ap.add_argument("--seed", type=int, default=0)

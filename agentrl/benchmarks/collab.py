@@ -1,8 +1,8 @@
 """Seconds per training step of a Think-Solve collaboration under each credit module, and the
 cost of CCPO's counterfactuals and SEPO's ratings.
 
-    python -m agentrl.collab.bench                       # tiny model, shared / ccpo / sepo
-    python -m agentrl.collab.bench --model smollm2 --steps 3 --max_new_tokens 64
+    agentrl bench collab                       # tiny model, shared / ccpo / sepo
+    agentrl bench collab --model smollm2 --steps 3 --max_new_tokens 64
 
 Every module trains the same collaboration (same model, LoRA policies, rollouts, lengths) on
 ``agentrl/MathAnswer-v0`` with the math-verify verifier for ``--steps`` steps; the first step
@@ -87,7 +87,7 @@ def _two(r: dict, k: str) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="agentrl bench collab", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny", help="'tiny' (built on the fly), 'smollm2' or a model folder")
     ap.add_argument("--credits", default="shared,ccpo,sepo")
     ap.add_argument("--policies", default="lora", choices=("shared", "lora", "full"))

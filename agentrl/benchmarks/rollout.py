@@ -1,4 +1,4 @@
-"""``python -m agentrl.bench rollout``: env share of rollout wall time, in-process vs env workers.
+"""``agentrl bench rollout``: env share of rollout wall time, in-process vs env workers.
 
 A rollout here is the loop of ``run_episodes`` without the token bookkeeping: reset every slot,
 then per turn build each live slot's window prompt (``user_prompt``), "generate", and step the
@@ -18,7 +18,10 @@ median of ``--repeats`` rollouts, each on seeds ``r * episodes + i`` (the same f
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -211,3 +214,53 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print(" ".join(f"{c:>14}" if c != "env" else f"{c:<36}" for c in cols))
     for r in rows:
         print(" ".join(f"{r[c]!s:>14}" if c != "env" else f"{r[c]:<36}" for c in cols))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="agentrl bench rollout", description=__doc__.splitlines()[0].strip('`"'))
+    ap.add_argument("--env", default="agentrl/TextCraft-v0", help="env id (module:ID imports module first)")
+    ap.add_argument("--episodes", type=int, default=32, help="episodes per rollout (default 32)")
+    ap.add_argument("--workers", default="0,2", help="comma-separated worker counts, 0 = in-process")
+    ap.add_argument("--repeats", type=int, default=3, help="rollouts per count; medians are reported")
+    ap.add_argument("--max-turns", type=int, default=None, help="turn cap (default the env's step limit)")
+    ap.add_argument("--env-kwargs", default="{}",
+                    help='JSON object of env constructor arguments, e.g. \'{"engine": "textworld"}\'')
+    ap.add_argument("--model", choices=["none", "tiny"], default="none",
+                    help="'tiny': a tiny random model generates each turn (its tokens unused)")
+    ap.add_argument("--overlap", default="none",
+                    help="comma-separated: none, halves (two halves pipelined: one steps while the other generates)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = ap.parse_args(argv)
+    try:
+        workers = [int(w) for w in args.workers.split(",")]
+    except ValueError:
+        workers = [-1]
+    if (min(workers) < 0 or args.episodes < 1 or args.repeats < 1
+            or not set(args.overlap.split(",")) <= {"none", "halves"}):
+        print("error: --workers must be integers >= 0, --episodes and --repeats positive, --overlap from "
+              "none, halves", file=sys.stderr)
+        return 2
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError:
+        env_kwargs = None
+    if not isinstance(env_kwargs, dict):
+        print(f"error: --env-kwargs must be a JSON object, got {args.env_kwargs!r}", file=sys.stderr)
+        return 2
+    gen, tok = tiny_generate() if args.model == "tiny" else (None, None)
+    try:
+        rows = [bench_rollout(args.env, args.episodes, w, args.repeats, args.max_turns, gen, tok, overlap=o,
+                                 env_kwargs=env_kwargs)
+                for w in workers for o in args.overlap.split(",")]
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"results": rows}, indent=1))
+    else:
+        print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``python -m agentrl.bench overhead``: agentrl's training step over plain TRL's on equal work.
+"""``agentrl bench overhead``: agentrl's training step over plain TRL's on equal work.
 
 Both trainers get the same work: 32 rows per step (8 tasks x 4 generations), the same prompts
 (TextCraft's first-turn prompts of the same seeds: the chat template of the env's user message
@@ -19,7 +19,11 @@ warm-up and is left out. Medians over repeats x steps are printed, and the ratio
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -183,3 +187,30 @@ def print_overhead(res: dict[str, Any]) -> None:
           f"update {res['ratio_update']:.3f}x ({res['rows']} rows, {res['tokens']} new tokens, medians of "
           f"{res['repeats']} repeats x {res['steps_per_repeat']} steps); agentrl's update real-token share "
           f"{res['agentrl']['real_token_share']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="agentrl bench overhead", description=__doc__.splitlines()[0].strip('`"'))
+    ap.add_argument("--repeats", type=int, default=3, help="train() calls per trainer, alternating (default 3)")
+    ap.add_argument("--steps", type=int, default=2, help="timed steps per call, after one warm-up (default 2)")
+    ap.add_argument("--tokens", type=int, default=24, help="new tokens per row (default 24)")
+    ap.add_argument("--rows", type=int, default=32, help="rows per step, 4 generations per task (default 32)")
+    ap.add_argument("--env-workers", default="0", help="agentrl's env_workers (default 0: in-process envs)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = ap.parse_args(argv)
+    if min(args.repeats, args.steps, args.tokens, args.rows) < 1 or args.rows % 4:
+        print("error: --repeats, --steps, --tokens must be positive and --rows a positive multiple of 4",
+              file=sys.stderr)
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    res = bench_overhead(args.repeats, args.steps, args.tokens, args.rows, env_workers=args.env_workers)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print_overhead(res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Seconds per training step and fingerprint overhead on a short-prompt TextCraft setup.
 
-    python -m agentrl.trainer.bench --model tiny --steps 3
-    python -m agentrl.trainer.bench --model smollm2 --steps 2 --credit bipace_q
+    agentrl bench step --model tiny --steps 3
+    agentrl bench step --model smollm2 --steps 2 --credit bipace_q
 
 Prints one JSON line: mean step time (after the first step), rollout/credit/update/fingerprint
 seconds, and the fingerprint share of the step time.
@@ -42,7 +42,7 @@ def _fingerprint_pass_costs(tr, chunk: int, layer: int) -> tuple[float, float]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="agentrl bench step", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny", help="'tiny' (built on the fly), 'smollm2' or a model folder")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--credit", default="grpo")

@@ -1,4 +1,4 @@
-"""APPO's cost figures: ``python -m agentrl.trainer.appo_bench [--model smollm2] [--steps 2] [--json]``.
+"""APPO's cost figures: ``agentrl bench appo [--model smollm2] [--steps 2] [--json]``.
 
 Prints, for the CPU recipe (``recipes/appo/cpu/appo_toolreason_tiny_appo.yaml``):
 
@@ -66,7 +66,7 @@ def measure(model: str, steps: int, calls: int) -> dict[str, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agentrl.trainer.appo_bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="agentrl bench appo", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="runs/appo/tiny_warm", help="model folder or embedded name (default: the "
                     "recipe's tiny warm-started model, built when missing)")
     ap.add_argument("--steps", type=int, default=2, help="optimizer steps per configuration (2 = one rollout batch)")
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 1 or args.calls < 1:
         ap.error("--steps and --calls must be >= 1")
     if args.model == "runs/appo/tiny_warm" and not Path(args.model, "config.json").is_file():
-        from agentrl.trainer.appo_warm import warm_tiny_model
+        from agentrl.benchmarks.appo_warm import warm_tiny_model
 
         warm_tiny_model(args.model)
     res = measure(args.model, args.steps, args.calls)
