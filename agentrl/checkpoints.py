@@ -1,17 +1,11 @@
 """Checkpoints that appear only when complete, and which one a resume takes.
 
-HF's Trainer writes ``checkpoint-N/`` file by file (weights, optimizer, scheduler, RNG states,
-``trainer_state.json`` last) and resumes from the highest-numbered ``checkpoint-*`` folder, complete
-or not. A run killed during a save (a preempted node) then fails to resume: an empty folder gives
-"Can't find a valid checkpoint", a 0-byte ``optimizer.pt`` a torch load error, a missing
-``trainer_state.json`` a FileNotFoundError.
-
-Here every checkpoint is written under ``output_dir/.partial/checkpoint-N`` (every rank writes its
-share there), its files are flushed to disk, and the main process renames the folder to
-``output_dir/checkpoint-N``: a rename within one file system is atomic, so a ``checkpoint-N`` folder
-is complete or absent. ``newest_complete`` also checks folders from older versions or copied by
-hand (``trainer_state.json`` present and for step N, no 0-byte weight/optimizer/RNG file) and says
-which it skipped and why.
+HF's Trainer resumes from the highest-numbered ``checkpoint-*`` folder, complete or not, so a run
+killed during a save fails to resume. Here every checkpoint is written under
+``output_dir/.partial/checkpoint-N`` (every rank writes its share there), flushed, and renamed to
+``output_dir/checkpoint-N`` by the main process: a rename within one file system is atomic, so a
+``checkpoint-N`` folder is complete or absent. ``newest_complete`` also checks folders from older
+versions or copied by hand and says which it skipped and why. Failure modes: docs/training.md.
 """
 
 from __future__ import annotations

@@ -254,14 +254,6 @@ class Batch:
     def obs_strings(self) -> list[str]:
         return list(self._obs_table)
 
-    @property
-    def n_obs(self) -> int:
-        return len(self._obs_table)
-
-    @property
-    def n_act(self) -> int:
-        return len(self._act_table)
-
     def obs_ids_for(self, texts: list[Any]) -> np.ndarray:
         """Ids of extra observation-like strings in the shared observation table."""
         return self._ids(texts, self._obs_table)

@@ -1,22 +1,10 @@
 """BiGPO state partition: greedy online cosine clustering (BiPACE Eq. 3, App. D Algorithm 1).
 
-Algorithm 1 is sequential inside a prompt group (each record sees the centroids left by the
-records before it, rollout-major order). Two things make it fast without changing its result:
-
-1. Work on the group's Gram matrix G = X X^T instead of the D-dim vectors. Every centroid is a
-   linear combination of member vectors, so we keep P[j, k] = x_j . c_k for every record j and
-   centroid k. Line 8's argmax for record i reads row P[i, :]; line 11's update
-   c_k <- normalize(c_k + (x_i - c_k)/m) becomes, with a = 1 - 1/m, b = 1/m,
-       P[j, k] <- (a P[j, k] + b G[i, j]) / ||a c_k + b x_i||,
-       ||a c_k + b x_i||^2 = a^2 + 2ab P[i, k] + b^2 G[i, i],
-   and a new cluster seeded by x_i has P[j, k] = G[i, j]. Cost: one GEMM per group plus O(N_p)
-   per record, independent of the fingerprint dimension D.
-2. Run all groups of a chunk in lock-step: iteration i handles record i of every group at once,
-   so Python loops over positions (at most the largest group size), not over records.
-
-Admission uses ``1 - sim <= eps + TOL``: TOL absorbs float32 round-off so identical fingerprints
-always share a cluster (with a one-hot observation hash and eps=0 this is exactly GiGPO's
-partition, BiPACE Sec. 3.4 "Relation to prior methods").
+Algorithm 1 is sequential inside a prompt group; it runs here on each group's Gram matrix
+(P[j, k] = x_j . c_k updated in O(N_p) per record, independent of the fingerprint dimension) with
+all groups of a chunk in lock-step, which gives the same partition faster. Admission is
+``1 - sim <= eps + TOL`` (TOL for float32 round-off). The update formulas: README.md, "BiGPO
+partition".
 """
 
 from __future__ import annotations

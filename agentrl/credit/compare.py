@@ -3,16 +3,11 @@
 Runs several credit estimators on the same saved rollouts (a JSONL of step records, the trainer's
 ``save_rollouts`` output, or a folder of them: a whole run's ``rollouts/``) and prints, per
 estimator, the share of steps with a nonzero step-level signal, the share of that signal that
-comes from position alone (below) and its diagnostics; then, for every pair, the Spearman rank
+comes from position alone and its diagnostics; then, for every pair, the Spearman rank
 correlation and the sign agreement of their advantages; then the steps on which they disagree
 most. ``--dump`` writes every record's advantages (JSONL, or CSV by extension), ``--plot`` a
 figure. Estimators whose optional record fields are missing are skipped with a note.
-
-Position-only signal: in a group whose rollouts all have the same episode return, no rollout did
-better than another, so a nonzero step term there comes only from where a step sits in its
-episode (e.g. a per-step penalty discounted into R_t: on an all-invalid batch GiGPO still ranks
-early steps below late ones). ``position_only_frac`` is the share of an estimator's nonzero
-step-term records that lie in such groups; a flag is printed when it is above one half.
+``position_only_frac``: README.md, ``agentrl credit compare``.
 """
 
 from __future__ import annotations

@@ -30,11 +30,6 @@ PENALTY_MODES = ("reward", "step")
 
 
 # ============================================================================ state keyers
-def key_group(batch: Batch) -> np.ndarray:
-    """One key per prompt group (GRPO/RLOO's comparison set)."""
-    return batch.group
-
-
 def key_obs(batch: Batch) -> np.ndarray:
     """GiGPO's exact observation hash inside the group (BiPACE Sec. 3.1)."""
     return factorize_rows(batch.group, batch.obs_id)[0]
@@ -70,18 +65,13 @@ def keys_obs_sequence(batch: Batch, K: int) -> list[tuple[np.ndarray, np.ndarray
     return levels
 
 
-def key_signature(batch: Batch, ids: np.ndarray) -> np.ndarray:
-    """Env-provided signature ids (RTMC's state_sig) keyed inside the group."""
-    return factorize_rows(batch.group, ids)[0]
-
-
 _P = np.uint64(0x100000001B3)  # FNV-64 prime: polynomial hash base for action sequences
 
 
 def action_prefix_hash(batch: Batch) -> np.ndarray:
     """64-bit polynomial hash of the cumulative action history a_0..a_{t-1} of each record.
 
-    RTMC's generic state signature (rtmc.md Sec. 3.1: signatures encode cumulative history,
+    RTMC's generic state signature (arXiv 2604.11037 Sec. 3.1: signatures encode cumulative history,
     so each appears at most once per rollout). h_0 = 0, h_t = h_{t-1} * P + (a_{t-1} + 1)
     mod 2^64, computed level by level; explicit ``history`` fields hash their own actions.
     """

@@ -1,4 +1,5 @@
-"""RTMC (rtmc.md Alg. 1): rollout-tree first-visit Monte Carlo Q-hat - V-hat with prior smoothing."""
+"""RTMC (arXiv 2604.11037 Alg. 1): rollout-tree first-visit Monte Carlo Q-hat - V-hat with prior
+smoothing."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from .registry import GAMMA, Out, Param, register
     lambda kw: frozenset() if kw["signature"] == "history" else frozenset({"state_sig", "action_sig"}),
 )
 def rtmc(batch: Batch, gamma: float, n_prior: float, std_norm: bool, signature: str) -> Out:
-    """Rollout-tree first-visit Monte Carlo (rtmc.md Alg. 1, Eqs. 7-9, 11)."""
+    """Rollout-tree first-visit Monte Carlo (arXiv 2604.11037 Alg. 1, Eqs. 7-9, 11)."""
     sigs = batch.field("state_sig", None)
     have = batch.n > 0 and all(s is not None for s in sigs)
     if signature == "env" and not have:

@@ -1,4 +1,4 @@
-"""SALT (salt.md Sec. 3.1-3.2, App. B.2): trajectory-graph refinement of a trajectory-level
+"""SALT (arXiv 2510.20022 Sec. 3.1-3.2, App. B.2): trajectory-graph refinement of a trajectory-level
 advantage; edges equal in (state, action, resulting state) share their set's mean advantage."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .registry import GAMMA, HASH_DIM, NGRAM, Out, Param, register
 
 def _salt_edge_pieces(batch: Batch, h: int) -> tuple[np.ndarray, list[str]]:
     """Each record's SALT edge (s_{t-1}, a_t, s_t), s = last h (action, observation) pairs
-    (salt.md 3.1.2), as an (n, 2h+2) matrix of ids into one text table, plus that table.
+    (arXiv 2510.20022 Sec. 3.1.2), as an (n, 2h+2) matrix of ids into one text table, plus that table.
 
     In record terms, element E_k = (action_{k-1}, obs_k), E_0 = (none, obs_0) the root q. Record t
     (SALT's step t+1) starts in E_{t-h+1..t} and ends in E_{t-h+2..t+1}; the edge is the window
@@ -62,7 +62,7 @@ def _salt_edge_texts(pieces: np.ndarray, table: list[str], rows: np.ndarray) -> 
     {
         "gamma": GAMMA,
         "h": Param(
-            3, "state = last h (action, observation) pairs (salt.md Sec. 3.1.2, Table 4: 3)", "int", lo=1
+            3, "state = last h (action, observation) pairs (arXiv 2510.20022 Sec. 3.1.2, Table 4: 3)", "int", lo=1
         ),
         "base": Param(
             "grpo", "trajectory-level advantage to refine: 'grpo' or 'rloo'", "choice", ("grpo", "rloo")
@@ -97,9 +97,9 @@ def salt(
     ngram: int,
     hash_dim: int,
 ) -> Out:
-    """Trajectory-graph refinement of a trajectory-level advantage (salt.md Sec. 3.1-3.2)."""
+    """Trajectory-graph refinement of a trajectory-level advantage (arXiv 2510.20022 Sec. 3.1-3.2)."""
     if base == "grpo":
-        a_traj = parts.episode_advantage(batch, "group")  # salt.md Eq. 3
+        a_traj = parts.episode_advantage(batch, "group")  # arXiv 2510.20022 Eq. 3
     else:
         a_traj = parts.leave_one_out(batch.episode_return(), batch.traj_group)
     a0 = a_traj[batch.traj]

@@ -1,11 +1,7 @@
 """Contexts: how an episode's model input is built turn by turn, and how it becomes training rows.
 
-A context is a strategy class chosen by name (``RolloutSettings.context_mode``, the recipe key
-``context_mode``) from a registry; ``run_episodes`` and the trainer call only its methods and
-never ask which one it is. Each episode keeps the context's own per-episode state in
-``Episode.tokens`` (``new_state``), so ``Episode`` carries no mode's fields.
-
-The methods, in the order ``run_episodes`` calls them::
+A context is a strategy class registered by name (``@register_context``; the recipe key
+``context_mode``); ``run_episodes`` and the trainer call only its methods, in this order::
 
     new_state(task)                 per-episode state (Episode.tokens), before the envs reset
     after_reset(envs, slots)        once, after reset_many (default: nothing)
@@ -15,35 +11,8 @@ The methods, in the order ``run_episodes`` calls them::
     append_turn(slot, prompt, completion)   after the env accepted the step
     rows(episode, advantages)       in the trainer: training rows, one advantage per step
 
-Two contexts ship:
-
-* ``window`` (``WindowContext``): every step is its own prompt, built from the env's user
-  message (task + last h (observation, action) pairs + current observation), rendered with the
-  chat template, then the prefill. An over-long prompt drops history pairs; if even h = 0 does
-  not fit, the episode ends truncated. One training row per step.
-* ``trajectory`` (``TrajectoryContext``): one growing token sequence per episode. The model's
-  tokens are kept exactly as generated; each env turn (end of the assistant turn, a user message
-  with the new observation, the next assistant header and the prefill) is tokenized once and
-  appended with mask 0. History is never re-tokenized. One training row per episode.
-
-New kinds of rollout are new contexts, registered with ``@register_context("name")``:
-
-* **A branch continuation** (APPO, built: ``agentrl.rollout.branching``; resume an episode from a
-  token inside step k): the task carries
-  the parent's seed, its actions before step k, its prompt ids and ``completion[:t+1]``.
-  ``new_state`` keeps them; ``after_reset`` replays the parent's actions on the freshly reset
-  envs through ``envs.step_many`` (one batched call per replayed step, all branches at once;
-  the envs are seeded and deterministic, so this restores the state) and sets ``slot.t``,
-  ``slot.history``, ``slot.obs``/``slot.info``; ``first_prompt`` returns the parent's prompt +
-  prefix (so the model resumes mid-action); later turns extend it like ``trajectory``; ``rows``
-  returns ``[]`` (branches inform the parents' advantages and carry no loss).
-* **A role hand-off** (CCPO, arXiv 2603.21563: Thinker -> Solver): the Solver's episodes are played with a
-  context whose ``first_prompt`` renders the Solver's template from the task (problem + the
-  Thinker's text, carried in the task dict) and whose ``rows`` are the Solver's rows; the
-  Thinker's turn is its own rollout with its own context and its own ``generate`` (its policy).
-  A counterfactual solo Solver is the same context with the thought left out of the task.
-
-Nothing in ``run_episodes`` changes for either: they are new classes, not new flags.
+``window`` and ``trajectory`` live here; ``branch`` (APPO) in ``agentrl.rollout.branching`` and
+``role`` (collaborations) in ``agentrl.collab.context``. Design notes: docs/training.md.
 """
 
 from __future__ import annotations
@@ -103,7 +72,7 @@ def make_context(name: str, tokenizer, settings: RolloutSettings) -> Context:
 
 
 class Context:
-    """Base class of the contexts (see the module docstring for the call order).
+    """Base class of the contexts (the module docstring gives the call order).
 
     One instance serves every episode of a ``run_episodes`` call (it holds the tokenizer and the
     settings); per-episode data lives in the object ``new_state`` returns (``Episode.tokens``).
@@ -162,7 +131,10 @@ class WindowTokens:
 
 @register_context("window")
 class WindowContext(Context):
-    """Every step is its own prompt: task + last h steps + current observation (module docstring)."""
+    """Every step is its own prompt: the env's user message (task + last h (observation, action)
+    pairs + current observation) in the chat template, then the prefill. An over-long prompt
+    drops history pairs; if even h = 0 does not fit, the episode ends truncated. One training
+    row per step."""
 
     def new_state(self, task: dict[str, Any]) -> WindowTokens:
         return WindowTokens()
@@ -206,7 +178,10 @@ class TrajectoryTokens:
 
 @register_context("trajectory")
 class TrajectoryContext(Context):
-    """One growing token sequence per episode, env tokens masked (module docstring)."""
+    """One growing token sequence per episode. The model's tokens are kept exactly as generated;
+    each env turn (end of the assistant turn, a user message with the new observation, the next
+    assistant header and the prefill) is tokenized once and appended with mask 0, so history is
+    never re-tokenized. One training row per episode."""
 
     def __init__(self, tokenizer, settings: RolloutSettings):
         super().__init__(tokenizer, settings)

@@ -1,43 +1,14 @@
 """Env workers: the envs of a rollout in a pool of persistent processes, with crash isolation.
 
-``WorkerEnvs`` has the interface of the in-process env batch that ``run_episodes`` drives
-(``reset_many``, ``step_many``, ``user_prompt``, ``turn_message``, ``max_episode_steps``,
-``close``). Slots (one episode each) are spread over W worker processes, slot i on worker
-i mod W, so the members of a group land on different workers. Why processes:
-
-* **Throughput.** A turn's resets or steps go to every worker at once; each worker runs its
-  slots' calls one after another while the others do the same, so env time per turn falls
-  about W-fold when the cores are there. Threads would not help: ALFWorld (TextWorld) and
-  TextCraft are pure Python and hold the GIL.
-* **Persistence.** A worker makes its slots' envs once and reuses them (``reset``, not
-  ``gym.make``) for every episode of the run: ALFWorld's make + reset is 250-375 ms, a reset of
-  a made env 43-86 ms; TextCraft's make re-reads 860 recipe files.
-* **Crash isolation.** A worker that dies (a segfault in a compiled engine, an ``abort``) or
-  whose env call runs past ``timeout_s`` (a wedged sandbox) is killed and replaced by a fresh
-  one; the calls it owed come back as ``EnvFailure`` (the episode ends as an error, training
-  goes on) and its slots answer ``EnvFailure`` until they are reset again (their envs died with
-  the worker).
-
-Each worker is a fresh interpreter (``subprocess`` running ``_worker_main``), joined to the
-trainer by a socket pair. Not ``fork``: the trainer holds torch's OpenMP/CUDA threads, and a
-fork of a multi-threaded process can copy a lock held by another thread and deadlock the child
-(CUDA does not survive a fork either). Not multiprocessing's ``spawn``/``forkserver``: both
-re-run the parent's ``__main__`` in every child, so each worker would import whatever the
-training script imports (torch, TRL: seconds and hundreds of MB apiece) and a script without an
-``if __name__ == "__main__"`` guard would start training again in each worker. A worker starts
-in ~0.5-1 s (Python, gymnasium, the env module), all workers at once, once per run (and again
-for each replacement). It stays torch-free (``agentrl.rollout`` loads its torch half lazily).
-
-Protocol: a request is ``(op, items)``; the worker answers each item as soon as it is done, so
-the timeout is per env call (not per batch) and the answers a worker gave before it died are
-kept. A worker is only ever sent a request when it owes nothing, so no pipe can fill up while
-the parent is blocked writing to another worker.
-
-Proposed recipe knobs (the lead adds them to the config): ``env_workers`` (0 = in-process;
-default ``default_workers``: cores per rank, at most the episodes per rank, for
-ALFWorld and SWE; 0 for TextCraft and WebShop) and ``env_timeout_s`` (default 300: an
-ALFWorld make + reset takes under 1 s and a SWE test run is capped at 30 s by its sandbox, so
-300 s only catches an env that is truly stuck).
+``WorkerEnvs`` has the interface of the in-process env batch that ``run_episodes`` drives; slot
+i lives on worker i mod W, so a group's members land on different workers. Processes, because
+env steps run W-fold in parallel (ALFWorld and TextCraft are pure Python and hold the GIL), a
+worker makes its envs once and resets them for every episode of the run, and a worker that dies
+or runs past ``timeout_s`` is replaced while its calls come back as ``EnvFailure`` (the episode
+ends as an error; training goes on). Each worker is a fresh torch-free interpreter
+(``subprocess`` running ``_worker_main``) on a socket pair, neither a fork nor multiprocessing's
+spawn. Recipe keys: ``env_workers`` (0 = ``LocalEnvs``, "auto" = ``default_workers``) and
+``env_timeout_s`` (``DEFAULT_TIMEOUT_S``). Why and the measurements: docs/training.md.
 """
 
 from __future__ import annotations
@@ -542,7 +513,7 @@ class LocalEnvs:
 
 
 def default_workers(episodes_per_rank: int, ranks_per_node: int = 1) -> int:
-    """Proposed default for ``env_workers`` where env steps are costly (ALFWorld, SWE): one per
+    """``env_workers: auto``, for where env steps are costly (ALFWorld, SWE): one per
     core of this rank's share of the node, no more than there are episodes. Where they are cheap
     (TextCraft, WebShop: ~6 ms per turn of 32 reused envs in-process) 0 is better: the round
     trips cost more than the env (12.6 ms per turn with 2 workers, measured)."""

@@ -1,24 +1,14 @@
 """Multi-turn rollouts: many text envs stepped in lock-step, one batched generate call per turn.
 
 Framework-free (no TRL): the trainer, eval, the demo and SFT all drive ``run_episodes`` through a
-``generate`` callable. It knows three parts and asks each only its job:
-
-* the **env batch** (``agentrl.rollout.env_batch``): ``reset_many`` once for all slots,
-  ``step_many`` once per turn for all active slots, the env's prompt builders;
-* the **context** (``agentrl.rollout.contexts``, chosen by ``settings.context_mode``): the prompt
-  of each turn and what an accepted turn adds to the episode's tokens;
-* the **generate** callable: one call per turn with the prompts of all active episodes.
-
-Robustness rules: a malformed response goes to the env (it applies its penalty, the episode goes
-on); a prompt that does not fit ``max_prompt_tokens`` ends the episode ``truncated`` (the
-context decides what "fit" means); an env call that fails (an ``EnvFailure``) or a prompt
-builder that raises ends that episode failed + truncated with ``error`` set. Nothing here
-raises on model output.
-
-Timing: pass a ``RolloutTiming`` and the call adds its wall, env and generation seconds to it
-(the trainer logs them as ``time/rollout_s``, ``time/env_s`` and the env share). Env time is
-every call into the env batch: resets, steps and the env's prompt builders (with env workers
-each of these is a round trip to a worker process).
+``generate`` callable (one call per turn with the prompts of all active episodes), an env batch
+(``agentrl.rollout.env_batch``: resets, steps, the env's prompt builders) and a context
+(``agentrl.rollout.contexts``: each turn's prompt and what an accepted turn adds). Nothing here
+raises on model output: a malformed response goes to the env (its penalty; the episode goes on),
+a prompt over ``max_prompt_tokens`` ends the episode ``truncated``, and a failed env call or
+prompt builder ends it failed + truncated with ``error`` set. A ``RolloutTiming`` collects wall,
+env and generation seconds (``time/rollout_s``, ``time/env_s``; env time is every call into the
+env batch, a round trip to a worker process when there are env workers).
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
 """Episode metrics, computed in one place for training logs and ``agentrl eval``.
 
 ``episode_metrics`` takes Episodes or their ``episode_summary`` dicts (what the trainer gathers
-across ranks) and returns the numbers under the names the trainer logs:
-
-* ``env/success``: fraction of episodes won (the env's ``won`` flag), and ``env/success_se``
-  its binomial standard error sqrt(p (1 - p) / n);
-* ``env/episodes``; ``env/episode_len``: mean steps per episode;
-* ``env/invalid_action_rate``: invalid steps / all steps (pooled over episodes);
-* ``env/error_episodes``: episodes an env or prompt error ended (counted as failures);
-* ``env/return``: mean summed reward; ``env/score``: mean final-step reward (WebShop's score);
-* ``env/truncated_frac``; ``env/success/<family>`` per task family.
-
-Tool-using reasoning tasks (ToolReason: steps whose ``info`` carries ``task_kind``, see
-``tool_summary``) add APPO's numbers over those episodes:
-
-* ``env/task_score`` (+ ``_se``): per episode the verified correctness (math) or the answer's
-  token-F1 (QA), 0 without an answer; ``env/accuracy`` / ``env/f1`` (+ ``_se``) over the math /
-  QA episodes alone (only when there are some);
-* ``env/tool_calls/python``, ``env/tool_calls/search``, ``env/tool_calls``: calls that ran, per
-  episode (a call past the limit runs nothing and is not counted);
-* ``env/format_error_rate`` (+ ``_se``): episodes that ended on a bad format or with no answer
-  within the turn limit.
-
-Standard errors are sqrt(var / n) with the population variance (the binomial s.e. for 0/1).
+across ranks) and returns ``env/success`` (+ ``_se``), ``env/episode_len``,
+``env/invalid_action_rate``, ``env/error_episodes``, ``env/return``, ``env/score``,
+``env/truncated_frac`` and ``env/success/<family>``; tool-reasoning episodes (steps whose
+``info`` carries ``task_kind``, see ``tool_summary``) add APPO's ``env/task_score``,
+``env/accuracy`` / ``env/f1``, ``env/tool_calls*`` and ``env/format_error_rate``. Definitions:
+docs/training.md ("Episode metrics"). Standard errors are sqrt(var / n) with the population
+variance (the binomial s.e. for 0/1).
 """
 
 from __future__ import annotations
@@ -82,8 +67,8 @@ def mean_se(xs: list[float]) -> tuple[float, float]:
 
 
 def tool_metrics(summaries: Iterable[dict[str, Any]]) -> dict[str, float]:
-    """``env/task_score``, ``env/accuracy``, ``env/f1``, tool calls and format-error rate (module
-    docstring) over the summaries that carry ``tools``; {} when none does."""
+    """``env/task_score``, ``env/accuracy``, ``env/f1``, tool calls and format-error rate (docs/training.md)
+    over the summaries that carry ``tools``; {} when none does."""
     ts = [s["tools"] for s in summaries if s.get("tools")]
     if not ts:
         return {}

@@ -1,17 +1,9 @@
 """The truth on a finite MDP: a tabular softmax policy, its values Q^pi / V^pi / A^pi by dynamic
 programming, its state occupancy, J and the exact policy gradient dJ/dtheta.
 
-Finite horizon H, episodes start at a task's start state (tasks uniform), so the objective is
-J(theta) = mean_k V^pi_0(root_k), and the values depend on the step t:
-
-    Q_t(s, a) = r(s, a) + gamma * E[V_{t+1}(s')],   V_t(s) = sum_a pi(a|s) Q_t(s, a),   V_H = 0
-    A_t(s, a) = Q_t(s, a) - V_t(s)
-
-The policy gradient theorem for a finite horizon (d_t(s): the probability that the episode is
-still running at step t in state s) with pi = softmax(theta / T):
-
-    dJ / dtheta[s, b] = sum_t d_t(s) sum_a pi(a|s) A_t(s, a) dlog pi(a|s)/dtheta[s, b]
-                      = sum_t d_t(s) pi(b|s) A_t(s, b) / T        (since sum_a pi A_t = 0)
+Finite horizon, values depend on the step t, J is the mean start value over the tasks, and
+dJ/dtheta[s, b] = sum_t d_t(s) pi(b|s) A_t(s, b) / T for pi = softmax(theta / T). The
+derivation: agentrl/credit/README.md, "Against the truth".
 """
 
 from __future__ import annotations
@@ -76,7 +68,7 @@ class Truth:
 
 
 def values(mdp: FiniteMDP, pi: np.ndarray, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """Q^pi[t, s, a] and V^pi[t, s] by backward induction (see the module docstring)."""
+    """Q^pi[t, s, a] and V^pi[t, s] by backward induction (agentrl/credit/README.md, "Against the truth")."""
     return mdp.backward(gamma, pi)
 
 
@@ -101,7 +93,7 @@ def objective(mdp: FiniteMDP, policy: TabularPolicy, gamma: float = 1.0) -> floa
 
 
 def truth(mdp: FiniteMDP, policy: TabularPolicy, gamma: float = 1.0) -> Truth:
-    """Every exact quantity of the module docstring for ``policy`` on ``mdp``.
+    """Every exact quantity (module docstring) for ``policy`` on ``mdp``.
 
     With gamma < 1 the gradient is that of the discounted objective whose step-t rewards are
     weighted gamma^t; the occupancy is then discounted by gamma^t too."""

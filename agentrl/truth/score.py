@@ -1,21 +1,11 @@
 """Every credit estimator scored against the truth on the same sampled batches.
 
 For each batch (B tasks x G rollouts of a known tabular policy on a generated MDP) and each
-estimator:
-
-* ``corr``: Pearson correlation of the per-step advantages with A^pi_t(s, a) over the batch's
-  records (0 when the estimator's advantages are constant: they carry no ranking);
-* ``sign``: share of records with A^pi != 0 whose advantage has the same sign (0 counts as wrong);
-* ``cos``: cosine between the batch's policy-gradient estimate
-  g_hat = sum_i A_hat_i dlog pi(a_i|s_i)/dtheta and the exact dJ/dtheta;
-* ``bias``: cosine between the *expected* g_hat and dJ/dtheta (what an infinite batch would
-  give; 1 = unbiased direction), estimated from one MDP's batches without their noise
-  (:func:`mean_direction_cosine`).
-
-Replicates are MDP instances (seeds): each number is averaged per seed first, then reported as
-mean +- s.e. over seeds. ``grpo_equivalent`` is the headline: how many times GRPO's batch GRPO
-needs (gradients of m batches averaged, m = 1, 2, 4, ...) to reach this estimator's cosine at
-one batch, interpolated on log2 m.
+estimator: ``corr`` (Pearson with A^pi), ``sign`` (sign agreement where A^pi != 0), ``cos``
+(cosine of the batch's policy-gradient estimate with the exact dJ/dtheta) and ``bias`` (the same
+for the expected estimate, :func:`mean_direction_cosine`). Replicates are MDP seeds (mean +- s.e.
+over seeds); ``grpo_equivalent`` is how many of GRPO's batches reach this estimator's cosine at
+one batch. Definitions: agentrl/credit/README.md, "Against the truth".
 """
 
 from __future__ import annotations

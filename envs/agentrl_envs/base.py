@@ -1,25 +1,14 @@
 """Common contract of agentrl's text environments.
 
-Every env is a gymnasium.Env whose observations and actions are printable text:
-
-* ``reset(seed=s, options={"split": "train"|"valid", "families": [...]})`` is deterministic:
-  the same seed (and options) gives the same task and the same observations for the same actions.
-* ``step(response)`` takes the model's *raw response*; the env executes the body of the first
-  well-formed ``<action>...</action>`` (``agentrl_envs.actions.parse_action``). A malformed response
-  or an action the env rejects returns the env's own message plus ``-invalid_action_penalty``
-  and the episode goes on. ``step`` never raises on model output.
-* ``info`` always carries: ``task`` (goal text), ``task_family``, ``won``, ``action_valid``,
-  ``action`` (the parsed body or None) and, where the env has them, ``admissible_actions``,
-  ``state_sig`` and ``action_sig`` (RTMC signatures). ``action`` and the signatures are clipped
-  to the action space's ``MAX_ACTION`` characters; messages that quote the model's command
-  quote at most ``ECHO_CHARS`` of it (``clip``).
-* ``prompt(obs, info, history, step)`` renders the user message (BiPACE App. J contract: task,
-  step count, recent history, admissible actions, the ``<action>`` output format).
-* ``expert_action()`` returns the expert's next action body for the current state (SFT data,
-  tests, the eval upper bound) or None when the expert has no move.
-
-Subclasses implement ``_reset_task`` and ``_execute``; they inherit parsing, the penalty, step
-counting, the info keys and the prompt.
+Every env is a gymnasium.Env with printable-text observations and actions: ``reset(seed, options)``
+is deterministic; ``step(response)`` takes the model's raw response, executes the body of its
+first well-formed ``<action>...</action>`` and answers a malformed or rejected one with the env's
+message plus ``-invalid_action_penalty`` (never raising on model output); ``info`` carries the
+task, family, ``won``, ``action_valid``, ``action`` and, where the env has them, admissible
+actions and RTMC signatures; ``prompt`` renders the user message (BiPACE App. J) and
+``expert_action`` the expert's next move. Subclasses implement ``_reset_task`` and ``_execute``;
+they inherit parsing, the penalty, step counting, the info keys and the prompt. The full
+contract: docs/environments.md.
 """
 
 from __future__ import annotations

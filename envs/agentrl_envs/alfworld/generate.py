@@ -1,48 +1,13 @@
 """Offline ALFWorld game-set generation from what the ``alfworld`` wheel ships.
 
-The official ALFWorld games (``alfworld-download``) live on GitHub, which CI cannot reach. The
-wheel ships everything else ALFWorld's own pipeline needs: the 120 AI2-THOR floor plans
-(``gen/layouts/FloorPlan*-{objects,openable}.json``), the PDDL domain (``alfred.pddl``), the
-text grammar (``alfred.twl2``), the goal library (``gen/goal_library.py``) and the object
-affordances (``gen/constants.py``). This module plays the part of ALFRED's THOR-side sampler:
-for each game it samples a task (task type, object, parent receptacle, lamp) that is valid in a
-floor plan, scatters the scene's objects over compatible receptacles and writes the same three
-files an official game directory holds:
-
-* ``traj_data.json``     task type + ``pddl_params`` (read by ALFWorld's handcoded expert),
-* ``initial_state.pddl`` the PDDL problem (objects, init facts, goal from the goal library),
-* ``game.tw-pddl``       built exactly as ``alfworld-generate`` builds it (domain + grammar with
-                          ``add_task_to_grammar`` + problem, ``solvable`` + ``walkthrough``).
-
-Every game is then checked the way ALFWorld plays it: loaded in TextWorld's ``PddlEnv`` behind
-``AlfredDemangler``/``AlfredInfos``, Fast Downward (TextWorld's planner, the one behind
-``AlfredExpert(expert_type="planner")``) plans from the initial state, and the plan is
-*executed*: every command must be admissible and the game must end ``won``. Only such games
-are kept. The planner runs on the task-relevant sub-problem (:mod:`agentrl_envs.alfworld.planner`):
-on the whole kitchen problem its search took up to 90+ s per game here.
-
-Pitfalls handled (each found by building games and playing them): ``openable.json`` lacks some receptacles (StoveBurner,
-Toaster, CoffeeMachine, GarbageCan, ...): the ones listed in ``objects.json`` are added with
-synthetic ids; a task's parent (and tool) receptacle must exist in the scene and no instance
-of the target starts inside a receptacle of the parent's type (else the game starts won);
-``alfworld-generate``'s ``--end -1`` slice (drops the last file) is avoided by not using it;
-``AlfredExpert`` gets ``expert_type=`` by keyword (positional fills ``env``; see engine.py).
-
-Splits follow ALFRED's scene split (``constants.TRAIN_SCENE_NUMBERS`` / ``TEST_SCENE_NUMBERS``):
-``train`` and ``valid_seen`` use the training floor plans with disjoint tasks (no
-(floor plan, task type, object, receptacle, lamp) tuple of ``valid_seen`` occurs in ``train``),
-``valid_unseen`` uses the held-out floor plans. Output layout mirrors ``json_2.1.1``::
-
-    OUT/<split>/<task_type>-<Object>-None-<Parent|Lamp>-<floorplan>/trial_<game seed>/{traj_data.json,
-        initial_state.pddl, game.tw-pddl}
-    OUT/manifest.json
-
-Everything is a pure function of ``--seed`` (and the counts): each game has its own RNG
-derived from (seed, split, family, slot, attempt), so ``--workers`` does not change the result.
-
-Layout: :mod:`~agentrl_envs.alfworld.scenes` reads the floor plans and samples tasks,
-:mod:`~agentrl_envs.alfworld.problem` writes a task's PDDL problem, this module writes and
-verifies the games and builds the set.
+The official games (``alfworld-download``) live on GitHub, which CI cannot reach; the wheel ships
+the rest of ALFWorld's pipeline (floor plans, PDDL domain, grammar, goal library, affordances).
+This module plays ALFRED's THOR-side sampler: per game it samples a task valid in a floor plan
+(:mod:`~agentrl_envs.alfworld.scenes`), writes the problem (:mod:`~agentrl_envs.alfworld.problem`)
+and the three files of an official game directory, and keeps the game only if the planner's plan,
+executed in TextWorld, is admissible throughout and ends ``won``. Splits follow ALFRED's scene
+split; the output mirrors ``json_2.1.1``; everything is a pure function of ``--seed`` and the
+counts (``--workers`` does not change it). Pitfalls handled, layout: docs/environments.md.
 
 Usage::
 

@@ -1,34 +1,14 @@
 """A native ALFWorld engine: plays a game as TextWorld's PDDL stack does, without it.
 
-The reference (:mod:`agentrl_envs.alfworld.engine`) is TextWorld's ``PddlEnv`` behind ALFWorld's
-``AlfredDemangler`` and ``AlfredInfos``: Fast Downward's translator grounds the PDDL problem at
-every reset (~85% of a ~700 ms reset), its C++ library applies operators, and a context-sensitive
-grammar renders every observation and command from the facts (~70 ms a step). This module
-plays the same game from a compact form built once per game and process
-(:mod:`agentrl_envs.alfworld.compiled`, ~3 ms): the ALFWorld domain's actions are applied directly, and the
-grammar's rules are rendered by hand-written functions. Only the games it was written for are
-accepted: the domain must be the ``alfred.pddl`` and the grammar the ``alfred.twl2`` of alfworld
-0.4.2 (compared by hash; the task sentence is the only part that varies), else
-:class:`UnsupportedGame` is raised and the caller falls back to TextWorld.
-
-What TextWorld does, and is reproduced here (each point checked against it by
-``tests/envs/test_alfworld_native.py``, which plays every shipped game on both engines):
-
-* **Facts are TextWorld's, not the planner's.** TextWorld keeps its own fact set and applies
-  the effect atoms Fast Downward reports for an operator: an add effect ``p`` removes
-  ``not_p`` and adds ``p``; a delete effect removes ``p`` and adds ``not_p``. So facts such as
-  ``not_inreceptacle(o, r)`` accumulate, and the grammar reads them (objects "next to" the
-  agent). Conditional effects are all reported, fired or not, adds before deletes of the same
-  atom: ``use lamp`` always leaves ``not_ison(lamp)``. A delete of an atom Fast Downward's
-  relaxed exploration finds unreachable is not an effect at all (no ``not_`` fact).
-* **Operators**: the actions' preconditions on the current state, with PDDL's ``object`` as the
-  universal type. An operator whose effects all repeat its preconditions is a no-op to Fast
-  Downward and is dropped: "go to" a receptacle at the agent's own location is not admissible.
-* **Commands** are the actions' templates filled with demangled names ("take apple 2 from
-  countertop 1"), sorted and deduplicated; **won** is the PDDL goal on the current state.
-* **Text**: the grammar picks the first rule whose condition holds and lists query results in
-  sorted-fact order (by PDDL name), joined "a, b, and c" (nothing: "nothing"). Names are the
-  demangler's: per base name, instances are numbered in reverse order of their sorted ids.
+TextWorld grounds the PDDL problem with Fast Downward's translator at every reset (~85% of a
+~700 ms reset) and renders every observation from a grammar (~70 ms a step). This module plays
+the same game from a compact form built once per game and process
+(:mod:`agentrl_envs.alfworld.compiled`, ~3 ms), applying the ALFWorld domain's actions directly
+and rendering the grammar's rules by hand-written functions. It accepts only the ``alfred.pddl``
+domain and ``alfred.twl2`` grammar of alfworld 0.4.2 (compared by hash), else raises
+:class:`UnsupportedGame` and the caller falls back to TextWorld. What it reproduces of TextWorld
+(facts, operators, commands, text; each checked by ``tests/envs/test_alfworld_native.py`` on
+every shipped game): docs/environments.md, "ALFWorld".
 """
 
 from __future__ import annotations

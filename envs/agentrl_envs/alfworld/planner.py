@@ -1,18 +1,12 @@
 """The planner expert on the task-relevant sub-problem.
 
-``AlfredExpert(expert_type="planner")`` asks Fast Downward (TextWorld's ``PddlState.replan``)
-for a plan on the *whole* game after every step. On kitchen games with ~45 objects that search
-took 0.1-90 s per call here (and over 60 s on some initial states), far too slow for an expert
-that labels every step.
-
-Distractor objects cannot change what the agent must do: the ALFWorld domain has no capacity
-constraints (``full`` is commented out in ``alfred.pddl``) and an object only matters to the
-goal through its type. So the same planner is run on the current state restricted to the
-objects the goal names (every instance of the target type and of the lamp type) plus whatever
-the agent holds; all receptacles, locations and receptacle facts stay. Object names are kept
-(the demangler numbers instances per type, and every instance of the relevant types is kept),
-so the plan's commands are the full game's commands. A plan from the reduced problem is
-executable in the full game; callers still check each command against the admissible list.
+``AlfredExpert(expert_type="planner")`` plans on the whole game after every step (0.1-90 s per
+call on ~45-object kitchens). Distractor objects cannot change what the agent must do (no
+capacity constraints in ``alfred.pddl``; objects matter to the goal only through their type), so
+the same planner runs on the current state restricted to the goal's object types plus what the
+agent holds, with every receptacle and location kept and names unchanged: the plan's commands
+are the full game's. Callers still check each command against the admissible list. Why it is
+sound: docs/environments.md, "ALFWorld".
 """
 
 from __future__ import annotations

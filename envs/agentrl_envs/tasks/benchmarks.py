@@ -1,25 +1,12 @@
 """Loaders for the math benchmarks of the CCPO/SEPO paper (arXiv 2603.21563 Sec. 5.1) and GSM8K.
 
-Each benchmark is read from the Hugging Face hub (``datasets.load_dataset``) or from a local
-``.jsonl`` / ``.json`` / ``.parquet`` file in the same column schema, and becomes a list of
-``MathProblem``. The schemas (one row per problem):
-
-============== ========================================= ======= ================================
-name           hub id (config)                           split   columns used
-============== ========================================= ======= ================================
-gsm8k          openai/gsm8k (main)                       test    question, answer ("... #### 72")
-math_train     DigitalLearningGmbH/MATH-lighteval        train   problem, solution (last \\boxed), level, type
-math500        HuggingFaceH4/MATH-500                    test    problem, answer, subject, level, unique_id
-aime24         HuggingFaceH4/aime_2024                   train   id, problem, answer
-aime25         math-ai/aime25                            test    id, problem, answer
-amc23          math-ai/amc23                             test    id, question, answer (a float)
-gaokao2023en   MARIO-Math-Reasoning/Gaokao2023-Math-En   train   question, answer
-minervamath    math-ai/minervamath                       test    question, answer
-============== ========================================= ======= ================================
-
-``math_train`` is MATH's 7.5k training split (the paper's training set); the others are the
-evaluation sets. Mirrors that name the question ``problem`` instead of ``question`` (or the
-reverse) load too: the question column is the first of ``question_columns`` present.
+Each benchmark (``BENCHMARKS``: gsm8k, math_train, math500, aime24, aime25, amc23,
+gaokao2023en, minervamath) is read from the Hugging Face hub (``datasets.load_dataset``) or from
+a local ``.jsonl`` / ``.json`` / ``.parquet`` file in the same column schema, and becomes a list
+of ``MathProblem``. ``math_train`` is MATH's 7.5k training split (the paper's training set); the
+others are evaluation sets. The question column is the first of ``question_columns`` present, so
+mirrors that swap ``problem`` and ``question`` load too. Hub ids, splits and columns:
+docs/environments.md, "Math and QA tasks".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Math problems, the ``\\boxed{}`` answer extractor and the verifier.
 
-Problems come offline from reasoning-gym (seeded procedural generators: ``gsm_symbolic``'s
-GSM8K-style templates, ``basic_arithmetic``, ``chain_sum``, ...) or from the benchmark loaders
-in ``agentrl_envs.tasks.benchmarks``. Either way a problem is a ``MathProblem``: question text and
-a gold answer string (LaTeX or plain, never wrapped in ``\\boxed{}``).
-
-The verifier is math-verify with the gold wrapped in ``\\boxed{}``: the model's answer is the
-content of the LAST ``\\boxed{...}`` of its response (nested braces allowed), so a response
-with no box scores as wrong. math-verify guards its parser with ``signal.alarm``, which raises
-outside the main thread; we pass ``parsing_timeout=None, timeout_seconds=None`` so it runs in
-rollout worker threads, and bound the work by refusing answers longer than
-``MAX_ANSWER_CHARS`` instead.
-
-reasoning-gym's own ``score_answer`` reads the FIRST number of the string it is given (and
-returns 0.01, not 0, for a wrong answer): ``reasoning_gym_score`` passes it the extracted
-answer only, never the whole response.
+A problem (``MathProblem``: question, gold answer never wrapped in ``\\boxed{}``) comes from a
+reasoning-gym generator (offline) or a benchmark loader (``agentrl_envs.tasks.benchmarks``). The
+verifier is math-verify on the content of the response's LAST ``\\boxed{...}``, run without its
+``signal.alarm`` timeouts (so it works in worker threads) and bounded by ``MAX_ANSWER_CHARS``
+instead. ``reasoning_gym_score`` gives reasoning-gym's scorer the extracted answer only (it reads
+the first number of its input). Why: docs/environments.md, "Math and QA tasks".
 """
 
 from __future__ import annotations

@@ -1,27 +1,15 @@
 """Question answering tasks: QA metrics, a generated multi-hop knowledge base, and dataset loaders.
 
-Metrics (``normalize_answer``, ``token_f1``, ``exact_match``) follow the SQuAD/HotpotQA
-convention: lower case, punctuation and the articles a/an/the removed, whitespace collapsed;
-F1 over the bag of normalised tokens. A gold answer with aliases scores the best alias.
+* Metrics (``normalize_answer``, ``token_f1``, ``exact_match``): the SQuAD/HotpotQA convention; a
+  gold answer with aliases scores the best alias.
+* ``generate_kb``: a seeded world of made-up entities, one document each, with 2-3 hop chain
+  questions and comparison questions that need one search per hop and that no earlier hop's
+  search gives away; train / valid by a seeded shuffle (a fifth valid).
+* ``load_qa_dataset``: HotpotQA, 2WikiMultihopQA, MuSiQue and Bamboogle from the hub or local
+  files, in the schemas of the hub, the original releases and FlashRAG (detected per row);
+  ``corpus_from_examples`` turns their context paragraphs into a search corpus.
 
-Generated knowledge base (``generate_kb``): a seeded world of countries, cities, companies and
-people with made-up names (no model has seen them, so nothing is answered from memory). Every
-entity has one document. Questions chain two or three facts held in different documents
-("In which country was the founder of Quorvex Motors born?": company -> founder -> city ->
-country), so answering needs one search per hop; ``QAExample.hops`` lists the titles in order
-(the expert searches them). A question is kept only if its answer appears in no document but
-the last hop's among the documents that name an earlier hop's entity, so no search for an
-earlier hop gives it away. Comparison questions ("Which company was
-founded earlier, A or B?") need two searches without a chain. The question list is split into
-train / valid by a seeded shuffle (a fifth valid).
-
-Dataset loaders (``load_qa_dataset``) read HotpotQA, 2WikiMultihopQA, MuSiQue and Bamboogle from
-the hub (``datasets.load_dataset``) or from local JSON / JSONL / Parquet files, in any of these
-schemas (detected per row): HotpotQA on the hub (``context = {title: [...], sentences: [...]}``),
-the original HotpotQA / 2Wiki JSON (``context = [[title, [sentences]]]``), MuSiQue
-(``paragraphs``, ``answer``, ``answer_aliases``), Bamboogle (``Question``, ``Answer``) and
-FlashRAG's unified files (``question``, ``golden_answers``). ``corpus_from_examples`` turns the
-examples' context paragraphs into a search corpus.
+Details: docs/environments.md, "Math and QA tasks".
 """
 
 from __future__ import annotations
@@ -112,7 +100,6 @@ _SYLLABLES = ("ka", "lo", "mir", "ven", "dra", "thu", "sel", "quo", "rin", "bax"
 _OCCUPATIONS = ("chemist", "sculptor", "pilot", "architect", "economist", "surgeon", "poet", "engineer")
 _INDUSTRIES = {"Motors": "car maker", "Foods": "food", "Textiles": "textile", "Airways": "airline",
                "Labs": "research", "Freight": "shipping"}
-KB_FAMILY = "multihop"
 VALID_FRACTION = 0.2
 
 
@@ -222,7 +209,7 @@ def _templates(w: dict) -> list[tuple[str, str, str, tuple[str, ...]]]:
 
 def generate_kb(seed: int = 0, n_countries: int = 8, n_cities: int = 24, n_companies: int = 30,
                 n_people: int = 90) -> KnowledgeBase:
-    """The generated knowledge base of ``seed`` (deterministic; see the module docstring)."""
+    """The generated knowledge base of ``seed`` (deterministic; docs/environments.md, "Math and QA tasks")."""
     if not (1 <= n_countries <= n_cities and 1 <= n_companies <= n_people):
         raise ValueError("generate_kb needs 1 <= n_countries <= n_cities and 1 <= n_companies <= n_people")
     rng = random.Random(seed)
@@ -256,7 +243,7 @@ DATASETS = {
     "musique": ("RUC-NLPIR/FlashRAG_datasets", "musique", {"train": "train", "valid": "dev"}),
     "bamboogle": ("RUC-NLPIR/FlashRAG_datasets", "bamboogle", {"valid": "test", "test": "test"}),
 }
-"""Default hub sources (override with ``repo`` / ``config``); any schema of the module docstring works."""
+"""Default hub sources (override with ``repo`` / ``config``); any schema of ``load_qa_dataset`` works."""
 
 
 def _as_list(x: Any) -> list:
@@ -281,7 +268,7 @@ def _context(row: dict) -> tuple[Document, ...]:
 
 
 def example_from_row(row: dict, source: str, index: int = 0) -> QAExample:
-    """One ``QAExample`` from a row in any supported schema (see the module docstring)."""
+    """One ``QAExample`` from a row in any supported schema (docs/environments.md, "Math and QA tasks")."""
     if "golden_answers" in row:  # FlashRAG
         answers = _as_list(row["golden_answers"])
     elif "Answer" in row:  # Bamboogle

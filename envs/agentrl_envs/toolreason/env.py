@@ -1,35 +1,14 @@
 """``agentrl/ToolReason-v0``: reasoning with a Python tool and a search tool, in APPO's format.
 
-A trajectory-mode env (arXiv:2606.12384's tasks, offline): the model thinks, calls
-``<python>...</python>`` or ``<search>...</search>``, reads the ``<result>...</result>`` that comes
-back as the next turn, and ends with ``<answer>...\\boxed{...}</answer>``. One tool call per model
-turn (generation should stop at ``</python>``, ``</search>``, ``</answer>``; text after the first
-closing tag is ignored). See ``format.py`` for the parse and the reward, ``tools.py`` for the tools.
-
-Families (task sources, ``reset(options={"families": [...]})``):
-
-* ``math``: reasoning-gym problems (``agentrl_envs.tasks.math``; gsm_symbolic, basic_arithmetic,
-  chain_sum by default), graded by math-verify (or token-F1 with ``math_reward="f1"``, the
-  authors' code). Train and valid draw from disjoint generator seeds.
-* ``multihop``: questions over the generated knowledge base (``agentrl_envs.tasks.qa.generate_kb``),
-  graded by token-F1; search runs over the KB's documents.
-* dataset families (``datasets=``): GSM8K, MATH500, AIME, ... and HotpotQA, 2Wiki, MuSiQue,
-  Bamboogle from files or the hub, for GPU runs (``sources.py``).
-
-Episode rules: at most ``tool_call_limit`` (3) calls are executed; a call beyond the limit gets a
-"limit reached" result. A bad format (``format.parse_turn``) ends the episode with -1; so does
-reaching ``max_turns`` (limit + 2) without an answer. The reward of the final turn is the
-episode's whole return (APPO's reward); earlier turns get 0. ``step`` never raises on model output.
-
-Each step's ``info["record_info"]`` holds what the eval table and the episode metrics need
-(the rollout copies it into the StepRecord's ``info``): ``task_kind`` (math / qa), ``tool``
-(the tool a call ran, None when none ran), ``format_error`` and, on an answer,
-``answer_score`` (verified 0/1 or token-F1); ``agentrl.rollout.metrics.tool_summary`` reads it.
-
-``reset`` picks the family from ``families`` and the task from the split with ``seed``
-(``random.Random(seed)``), so the same seed gives the same task; ``options={"task_id": ...}``
-picks one task by id. ``snapshot``/``restore`` carry the counters a branch continuation needs
-(calls made, tools used, turns) without re-running tools.
+A trajectory-mode env (arXiv 2606.12384's tasks, offline): the model calls ``<python>...</python>``
+or ``<search>...</search>`` (one call per turn), reads the ``<result>...</result>`` of the next
+turn, and ends with ``<answer>...\\boxed{...}</answer>``. Families: ``math`` (reasoning-gym),
+``multihop`` (the generated knowledge base) and dataset families (``datasets=``, ``sources.py``).
+At most ``tool_call_limit`` calls run; a bad format, or no answer within ``max_turns``, ends the
+episode with -1; the final turn's reward is the episode's return (APPO's reward). Each step's
+``info["record_info"]`` feeds the metrics (``agentrl.rollout.metrics.tool_summary``); ``snapshot``
+/ ``restore`` serve branch continuations. ``format.py`` parses and rewards, ``tools.py`` runs the
+tools. Rules in full: docs/environments.md, "ToolReason".
 """
 
 from __future__ import annotations
@@ -38,14 +17,14 @@ import random
 from typing import Any
 
 from agentrl_envs.base import TextEnv, clip, parse_reset_options, to_printable
-from agentrl_envs.toolreason import format as F
-from agentrl_envs.toolreason import sources as S
+from agentrl_envs.toolreason import format as fmt
+from agentrl_envs.toolreason import sources
 from agentrl_envs.toolreason.sources import Task
 from agentrl_envs.toolreason.tools import PythonTool, format_hits, kb_index
 
-FAMILIES = S.BUILTIN
-SPLITS = S.SPLITS
-MATH_TASKS = S.MATH_TASKS
+FAMILIES = sources.BUILTIN
+SPLITS = sources.SPLITS
+MATH_TASKS = sources.MATH_TASKS
 
 INSTRUCTIONS = (
     "Solve the problem below. Think step by step. You can use two tools, one call per reply:\n"
@@ -59,13 +38,13 @@ INSTRUCTIONS = (
 
 
 class ToolReasonEnv(TextEnv):
-    """APPO's tool-using reasoning tasks; see the module docstring."""
+    """APPO's tool-using reasoning tasks (module docstring; rules: docs/environments.md)."""
 
     env_title = "a reasoning task with a Python tool and a search tool"
 
     def __init__(self, tool_call_limit: int = 3, max_turns: int | None = None, math_tasks=MATH_TASKS,
                  math_size: int = 300, math_seed: int = 0, kb_seed: int = 0, search_k: int = 3,
-                 math_reward: str = "verify", both_tools_bonus: float = F.BOTH_TOOLS_BONUS,
+                 math_reward: str = "verify", both_tools_bonus: float = fmt.BOTH_TOOLS_BONUS,
                  python_timeout: float = 10.0, python_memory_mb: int = 512, max_result_chars: int = 2000,
                  datasets: dict[str, dict] | None = None, history_length: int = 2,
                  render_mode: str | None = None):
@@ -86,8 +65,8 @@ class ToolReasonEnv(TextEnv):
         super().__init__(invalid_action_penalty=0.0, history_length=history_length, render_mode=render_mode)
         if tool_call_limit < 0:
             raise ValueError(f"tool_call_limit must be >= 0, got {tool_call_limit}")
-        if math_reward not in F.MATH_REWARDS:
-            raise ValueError(f"math_reward must be one of {list(F.MATH_REWARDS)}, got {math_reward!r}")
+        if math_reward not in fmt.MATH_REWARDS:
+            raise ValueError(f"math_reward must be one of {list(fmt.MATH_REWARDS)}, got {math_reward!r}")
         if math_size < 1 or search_k < 1:
             raise ValueError("math_size and search_k must be >= 1")
         self.tool_call_limit = int(tool_call_limit)
@@ -103,7 +82,7 @@ class ToolReasonEnv(TextEnv):
         self.max_result_chars = int(max_result_chars)
         self._python_args = {"wall_s": float(python_timeout), "memory_mb": int(python_memory_mb),
                              "max_output_chars": self.max_result_chars}
-        self.datasets = S.check_datasets(datasets)
+        self.datasets = sources.check_datasets(datasets)
         self.families = FAMILIES + tuple(self.datasets)
         self._python: PythonTool | None = None
         self.task: Task | None = None
@@ -115,10 +94,10 @@ class ToolReasonEnv(TextEnv):
     def tasks(self, split: str, family: str) -> tuple[Task, ...]:
         """All tasks of ``family`` in ``split``."""
         if family == "math":
-            return S.math_tasks(split, self.math_names, self.math_size, self.math_seed)
+            return sources.math_tasks(split, self.math_names, self.math_size, self.math_seed)
         if family == "multihop":
-            return S.kb_tasks(split, self.kb_seed)
-        return S.dataset_tasks(family, split, self.datasets[family])
+            return sources.kb_tasks(split, self.kb_seed)
+        return sources.dataset_tasks(family, split, self.datasets[family])
 
     def _reset_task(self, seed, options):
         split, fams = parse_reset_options(options, SPLITS, self.families, extra_keys=("task_id",))
@@ -149,19 +128,19 @@ class ToolReasonEnv(TextEnv):
     def step(self, response: str):
         self._steps += 1
         text = response if isinstance(response, str) else str(response)
-        turn = F.parse_turn(text)
+        turn = fmt.parse_turn(text)
         extra: dict[str, Any] = {"format_error": turn.kind is None}
         ran = None
         if self._done:
             obs, reward, terminated, valid = "The episode is over.", 0.0, True, False
         elif turn.kind is None:
-            obs, reward, terminated, valid = f"Bad format: {turn.error}.", F.FORMAT_PENALTY, True, False
+            obs, reward, terminated, valid = f"Bad format: {turn.error}.", fmt.FORMAT_PENALTY, True, False
             extra["error"] = turn.error
         elif turn.kind == "answer":
             obs, reward, terminated, valid = self._answer(turn, extra), None, True, True
             reward = extra.pop("reward")
         elif self._steps >= self.max_turns:  # the last turn allowed is a tool call: no answer, no call
-            obs, reward, terminated, valid = "No answer within the turn limit.", F.FORMAT_PENALTY, True, True
+            obs, reward, terminated, valid = "No answer within the turn limit.", fmt.FORMAT_PENALTY, True, True
             extra["format_error"] = True
         else:
             calls = self._calls
@@ -176,16 +155,16 @@ class ToolReasonEnv(TextEnv):
         info = self._info(action=action, valid=valid, extra={**extra, **self._counters()})
         return self._obs, float(reward), bool(terminated), False, info
 
-    def _answer(self, turn: F.Turn, extra: dict) -> str:
+    def _answer(self, turn: fmt.Turn, extra: dict) -> str:
         kind = self.task.kind
-        score = F.answer_score(turn.boxed, self.task.answers, kind, self.math_reward)
-        extra["reward"] = F.appo_reward(score, self._used, self.both_tools_bonus)
-        extra["won"] = F.answer_won(turn.boxed, self.task.answers, kind)
+        score = fmt.answer_score(turn.boxed, self.task.answers, kind, self.math_reward)
+        extra["reward"] = fmt.appo_reward(score, self._used, self.both_tools_bonus)
+        extra["won"] = fmt.answer_won(turn.boxed, self.task.answers, kind)
         extra["score"] = score
         extra["answer"] = clip(turn.boxed or "")
         return f"Answer received: {clip(turn.boxed or '')}"
 
-    def _tool(self, turn: F.Turn) -> str:
+    def _tool(self, turn: fmt.Turn) -> str:
         if self._calls >= self.tool_call_limit:
             out = f"Tool-call limit reached ({self.tool_call_limit} calls): give your final answer now."
         else:
@@ -201,7 +180,7 @@ class ToolReasonEnv(TextEnv):
 
     def _search(self, query: str) -> str:
         if self.task.family in self.datasets and self.task.kind == "qa":
-            index = S.dataset_index(self.task.family, self.datasets[self.task.family])
+            index = sources.dataset_index(self.task.family, self.datasets[self.task.family])
         else:  # math and the KB's questions search the KB
             index = kb_index(self.kb_seed)[1]
         return format_hits(index.search(query, self.search_k) if index else [], self.max_result_chars)

@@ -1,18 +1,15 @@
 """Where ToolReason's tasks come from, and which corpus their searches run over.
 
-Built-in families (offline): ``math`` (reasoning-gym problems, ``agentrl_envs.tasks.math``) and
-``multihop`` (the generated knowledge base, ``agentrl_envs.tasks.qa.generate_kb``; search runs over
-its documents). Dataset families (for GPU runs) name a math benchmark of
-``agentrl_envs.tasks.benchmarks`` (gsm8k, math500, aime24, ...) or a QA dataset of
-``agentrl_envs.tasks.qa`` (hotpotqa, 2wiki, musique, bamboogle), each with the loader's keyword
-arguments per split::
+Built-in families (offline): ``math`` (reasoning-gym, ``agentrl_envs.tasks.math``) and
+``multihop`` (``agentrl_envs.tasks.qa.generate_kb``; search runs over its documents). Dataset
+families (GPU runs) name a math benchmark of ``agentrl_envs.tasks.benchmarks`` or a QA dataset of
+``agentrl_envs.tasks.qa``, each with the loader's keyword arguments per split::
 
     {"hotpotqa": {"valid": {"path": "hotpot_dev.jsonl", "limit": 500}},
      "gsm8k": {"train": {"split": "train"}, "valid": {}}}
 
-A QA dataset family searches the paragraphs shipped with its examples (both splits;
-HotpotQA/2Wiki/MuSiQue's distractor setting); Bamboogle ships none, so its searches find
-nothing unless a corpus of your own is added. Everything is loaded once per process.
+A QA dataset family searches the paragraphs shipped with its examples (both splits; Bamboogle
+ships none). Everything is loaded once per process.
 """
 
 from __future__ import annotations

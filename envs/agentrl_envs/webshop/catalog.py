@@ -1,22 +1,12 @@
 """WebShop product catalog and instructions: generation, loading, search and the paper's reward.
 
-Data files use WebShop's own schema (Yao et al. 2022, ``web_agent_site``):
-
-* ``items_shuffle.json``: a list of products ``{asin, name, category, query, product_category,
-  full_description, small_description: [bullet points], pricing: "$12.99" | "$5.00 - $9.00",
-  average_rating, customization_options: {type: [{"value": v}, ...]}, reviews?}``;
-* ``items_ins_v2.json``: ``{asin: {attributes: [...], instruction, instruction_attributes: [...],
-  instruction_options: {type: value} | [value, ...]}}`` (synthetic instructions);
-* ``items_human_ins.json`` (optional): ``{asin: [{instruction, instruction_attributes,
-  instruction_options}, ...]}`` (human-written instructions).
-
-No registry ships WebShop's scraped data, so ``generate_catalog`` builds a catalog in this schema
-from ``vocab.json`` (WebShop's five categories, 40 product types, 4,000 products, one instruction
-each) deterministically from a seed, and caches it under ``~/.cache/agentrl/webshop``. Users with
-the real files point ``data_dir`` (or ``$WEBSHOP_DATA``) at them; both go through ``load_catalog``.
-
-Goals follow WebShop's synthetic-goal construction: the instruction plus ", and price lower than
-P dollars", with P drawn from the two-of-the-next-four multiples of 10 above the product's price.
+Data files use WebShop's own schema (Yao et al. 2022, ``web_agent_site``: ``items_shuffle.json``,
+``items_ins_v2.json``, optionally ``items_human_ins.json``). No registry ships WebShop's scraped
+data, so ``generate_catalog`` builds a catalog in that schema from ``vocab.json`` (5 categories,
+40 product types, 4,000 products) deterministically from a seed and caches it under
+``~/.cache/agentrl/webshop``; the real files (``data_dir`` or ``$WEBSHOP_DATA``) go through the
+same ``load_catalog``. Goals follow WebShop's synthetic-goal construction (instruction + a price
+bound). The schema and the price rule: docs/environments.md, "WebShop".
 """
 
 from __future__ import annotations
@@ -259,7 +249,7 @@ class Catalog:
 
 
 def load_catalog(data_dir: str | Path, human_goals: bool = False, seed: int = 0) -> Catalog:
-    """Read WebShop-format files from ``data_dir`` (see the module docstring)."""
+    """Read WebShop-format files from ``data_dir`` (schema: docs/environments.md, "WebShop")."""
     d = Path(data_dir)
     items_path = _first_existing(d, ("items_shuffle.json", "items_shuffle_1000.json"))
     ins_path = _first_existing(d, ("items_ins_v2.json", "items_ins_v2_1000.json"))
