@@ -12,7 +12,7 @@ import pytest
 from agentrl_envs.swe.sandbox import sandbox_problem
 from agentrl_envs.tasks.qa import normalize_answer
 from agentrl_envs.toolreason import ToolReasonEnv
-from agentrl_envs.toolreason import format as F
+from agentrl_envs.toolreason import format as fmt
 from agentrl_envs.toolreason.tools import kb_index
 
 PROBLEM = sandbox_problem()
@@ -35,25 +35,25 @@ def play_expert(env, seed, options):
 
 # ----------------------------------------------------------------------------- format and reward
 def test_parse_turn():
-    t = F.parse_turn("think...\n<python>\nx = 2\nx * 3\n</python> trailing <search>no</search>")
+    t = fmt.parse_turn("think...\n<python>\nx = 2\nx * 3\n</python> trailing <search>no</search>")
     assert (t.kind, t.body) == ("python", "x = 2\nx * 3")
-    assert F.parse_turn("<SEARCH> capital of Ostria </SEARCH>").body == "capital of Ostria"
-    t = F.parse_turn("<answer>so it is \\boxed{1} no, \\boxed{\\frac{1}{2}}</answer>")
+    assert fmt.parse_turn("<SEARCH> capital of Ostria </SEARCH>").body == "capital of Ostria"
+    t = fmt.parse_turn("<answer>so it is \\boxed{1} no, \\boxed{\\frac{1}{2}}</answer>")
     assert (t.kind, t.boxed) == ("answer", "\\frac{1}{2}")
     for bad in (None, "", "just text", "<python></python>", "<answer>42</answer>", "<python>1+1",
                 "<answer>\\boxed{}</answer>"):
-        assert F.parse_turn(bad).kind is None, bad
+        assert fmt.parse_turn(bad).kind is None, bad
 
 
 def test_appo_reward_exact():
-    assert F.appo_reward(None, {"python", "search"}) == -1.0  # bad format
-    assert F.appo_reward(0.5, {"python", "search"}) == pytest.approx(0.6)  # F1 0.5 + 0.1 bonus
-    assert F.appo_reward(0.0, {"python", "search"}) == 0.0  # no bonus without a score
-    assert F.appo_reward(1.0, {"search"}) == 1.0  # one tool only
+    assert fmt.appo_reward(None, {"python", "search"}) == -1.0  # bad format
+    assert fmt.appo_reward(0.5, {"python", "search"}) == pytest.approx(0.6)  # F1 0.5 + 0.1 bonus
+    assert fmt.appo_reward(0.0, {"python", "search"}) == 0.0  # no bonus without a score
+    assert fmt.appo_reward(1.0, {"search"}) == 1.0  # one tool only
     # F1 of the boxed answer (QA); math-verify 0/1 for math, token-F1 with math_reward="f1"
-    assert F.answer_score("the Seine river", ("Seine",), "qa") == pytest.approx(2 / 3)
-    assert F.answer_score("0.5", ("\\frac{1}{2}",), "math") == 1.0
-    assert F.answer_score("12", ("12.0",), "math", math_reward="f1") == 0.0
+    assert fmt.answer_score("the Seine river", ("Seine",), "qa") == pytest.approx(2 / 3)
+    assert fmt.answer_score("0.5", ("\\frac{1}{2}",), "math") == 1.0
+    assert fmt.answer_score("12", ("12.0",), "math", math_reward="f1") == 0.0
 
 
 # ----------------------------------------------------------------------------- reset and options
