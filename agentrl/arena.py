@@ -6,7 +6,7 @@
 Every (estimator, seed) run trains ``RECIPE`` from the same warm start (the recipe's
 ``model_name_or_path`` or ``--warm-start``) and differs from the others only in ``credit`` /
 ``credit_kwargs`` and ``seed``. Every checkpoint is evaluated greedily on the same held-out tasks
-with the settings the run was trained with (:mod:`agentrl.heldout`), so estimators are compared
+with the settings the run was trained with (:mod:`agentrl.evaluation.heldout`), so estimators are compared
 *paired* over tasks and seeds. Runs go to ``N`` worker processes (one thread each), each writes
 its own log, and the arena is resumable: a finished run is skipped, a killed one resumes from
 its last checkpoint, an evaluated checkpoint is not evaluated again.
@@ -119,7 +119,7 @@ def _checkpoints(train_dir: Path) -> list[tuple[int, Path]]:
 
 def run_one(r: RunSpec) -> dict[str, Any]:
     """Train (or resume) one run, then evaluate each of its checkpoints once; returns its result."""
-    from agentrl.heldout import HeldOutSettings, evaluate_wins
+    from agentrl.evaluation.heldout import HeldOutSettings, evaluate_wins
 
     run_dir = Path(r.out)
     done = run_dir / "result.json"
@@ -166,7 +166,7 @@ def _train_metrics(history: list[dict]) -> dict[str, float]:
 
 def _warm_eval(out: Path, warm: str, heldout: dict[str, Any]) -> dict[str, Any]:
     """Step 0 of every curve: the shared warm start, evaluated once."""
-    from agentrl.heldout import HeldOutSettings, evaluate_wins
+    from agentrl.evaluation.heldout import HeldOutSettings, evaluate_wins
 
     cache = out / "warm_start_eval.json"
     if not cache.is_file():
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ArenaError, RecipeError) as e:
         print(f"agentrl arena: {e}", file=sys.stderr)
         return 2
-    from agentrl.heldout import HeldOutSettings
+    from agentrl.evaluation.heldout import HeldOutSettings
 
     steps = args.steps or cfg.max_steps
     if steps < 1:

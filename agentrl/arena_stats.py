@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from agentrl.heldout import paired_difference
+from agentrl.evaluation.heldout import paired_difference
 from agentrl.report import mean_band, steps_to_threshold
 
 

@@ -15,8 +15,8 @@ COMMANDS = {
     "train": ("agentrl.train", "train from a recipe: agentrl train RECIPE.yaml [--field value ...]"),
     "check-recipe": ("agentrl.train:check_main", "validate a recipe without training"),
     "launch": ("agentrl.launch", "run a recipe under `accelerate launch` with the recipe's accelerate config"),
-    "eval": ("agentrl.eval", "evaluate a checkpoint on an env split; prints a paper-style table"),
-    "eval-collab": ("agentrl.collab.eval_cli", "a collaboration run's accuracy per benchmark: full pipeline and Solver alone"),
+    "eval": ("agentrl.evaluation.cli", "evaluate a checkpoint on an env split, or a collaboration run per benchmark "
+             "(full pipeline and Solver alone); paper-style tables"),
     "report": ("agentrl.report", "curves from run folders (seed*/ runs as mean + band), held-out eval, diagnostics"),
     "credit": ("agentrl.credit.compare", "credit tools: agentrl credit compare ROLLOUTS.jsonl"),
     "show": ("agentrl.show", "an episode turn by turn from saved rollouts: agentrl show ROLLOUTS.jsonl --traj ID"),
@@ -27,6 +27,8 @@ COMMANDS = {
     "truth": ("agentrl.truth.__main__", "credit scored against exact advantages and policy gradients on finite MDPs"),
 }
 
+RENAMED = {"eval-collab": "eval"}
+"""Old command -> the one that replaced it (a collaboration run is recognised by its collab.json)."""
 
 CREDIT_USAGE = """usage: agentrl credit compare ROLLOUTS.jsonl [--estimators a,b,...] [--set EST.KWARG=VALUE] [--json]
 
@@ -71,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             print("agentrl credit: unknown subcommand; valid: compare", file=sys.stderr)
             return 2
         rest = rest[1:]
+    if cmd in RENAMED:
+        print(f"agentrl: {cmd} is now `agentrl {RENAMED[cmd]}` (see its --help)", file=sys.stderr)
+        return 2
     if cmd not in COMMANDS:
         print(f"agentrl: unknown command {cmd!r}; valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2

@@ -66,8 +66,8 @@ def log(msg: str) -> None:
 
 
 def paired_gain(before: list[bool], after: list[bool]) -> tuple[float, float]:
-    """Gain in points over the same goals and its paired standard error (see agentrl.heldout)."""
-    from agentrl.heldout import paired_difference
+    """Gain in points over the same goals and its paired standard error (see agentrl.evaluation.heldout)."""
+    from agentrl.evaluation.heldout import paired_difference
 
     return paired_difference(before, after)
 
@@ -195,7 +195,7 @@ def held_out_settings(argv: list[str], n_eval: int, eval_turns: int, split: str 
     """The recipe's own rollout settings (prompt style, history, completion length) on the valid
     goals (``split="train"`` with ``seeds``: on fresh episodes of the practised goals)."""
     from agentrl.config import load_recipe
-    from agentrl.heldout import HeldOutSettings
+    from agentrl.evaluation.heldout import HeldOutSettings
 
     cfg = load_recipe(argv[0], argv[1:])
     hs = HeldOutSettings.from_config(cfg, split=split, episodes=len(seeds) if seeds else n_eval, families=FAMILIES)
@@ -206,7 +206,7 @@ def held_out_settings(argv: list[str], n_eval: int, eval_turns: int, split: str 
 
 def _evaluate(model_dir: Path, sets: dict, timings: dict[str, float]) -> dict[str, dict[str, Any]]:
     """Greedy evaluation of one checkpoint on each named set of episodes (timed per set)."""
-    from agentrl.heldout import evaluate_wins
+    from agentrl.evaluation.heldout import evaluate_wins
 
     res = {}
     for name, hs in sets.items():

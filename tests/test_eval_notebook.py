@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.eval import cell, markdown_table, summarize
+from agentrl.evaluation.checkpoint import cell, markdown_table, summarize
 from agentrl.records import StepRecord
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,7 +144,7 @@ def test_reuse_refused_and_resume_quiet(tiny_run, tmp_path):
 
 def test_eval_defaults_to_training_settings(tiny_run, tmp_path, capsys):
     # before: eval used env_kwargs {}, history 2 and 48 tokens whatever the checkpoint trained with
-    from agentrl.eval import evaluate, load_policy
+    from agentrl.evaluation.checkpoint import evaluate, load_policy
     from agentrl.runinfo import training_settings
 
     ck = tiny_run / "checkpoint-2"
@@ -179,7 +179,7 @@ def test_eval_defaults_to_training_settings(tiny_run, tmp_path, capsys):
 
 
 def test_eval_reads_the_stop_strings_of_training(tmp_path):
-    from agentrl.eval import resolve_settings
+    from agentrl.evaluation.checkpoint import resolve_settings
 
     run = tmp_path / "run"
     (run / "checkpoint-4").mkdir(parents=True)
@@ -198,7 +198,7 @@ def test_eval_bad_input():
 
 
 def test_eval_bad_input_in_process(tmp_path, capsys):
-    from agentrl.eval import main
+    from agentrl.evaluation.cli import main
 
     adapter = tmp_path / "adapter"
     adapter.mkdir()
@@ -219,7 +219,7 @@ def test_eval_bad_input_in_process(tmp_path, capsys):
 
 
 def test_table_rows_tell_checkpoints_apart():
-    from agentrl.eval import EvalResult, row_labels
+    from agentrl.evaluation.checkpoint import EvalResult, row_labels
     from agentrl.rollout.metrics import episode_metrics
 
     a = EvalResult("runs/X/checkpoint-100", "agentrl/X-v0", "valid", all=cell(episode_metrics([_Ep("f", True, 1, 1, 0)])))
@@ -252,7 +252,7 @@ def test_notebook_executes(tiny_run, tmp_path):
         for name in ("learning_curves.png", "steps_to_threshold.png", "singleton_fraction.png"):
             assert (tiny_run / "report" / name).is_file(), (cwd, name)
         assert not (REPO / "notebooks" / "runs").exists()
-    from agentrl.eval import evaluate
+    from agentrl.evaluation.checkpoint import evaluate
 
     r = evaluate(str(tiny_run / "checkpoint-2"), episodes=2)
     assert f"checkpoint-2: success {r.all['success']:.1f} +- {r.all['success_se']:.1f} over 2 episodes" in text

@@ -17,7 +17,8 @@ import agentrl_envs  # noqa: F401  (registers the ids)
 import gymnasium as gym
 import pytest
 
-from agentrl.eval import evaluate, has_tool_scores, main, markdown_table, tool_tables
+from agentrl.evaluation.checkpoint import evaluate, has_tool_scores, markdown_table, tool_tables
+from agentrl.evaluation.cli import main
 from agentrl.models.tiny import train_tokenizer
 
 ENV = "agentrl/ToolReason-v0"
@@ -135,7 +136,7 @@ def test_eval_on_local_benchmark_files(tok):
 
 
 def test_other_envs_keep_their_table():
-    from agentrl.eval import summarize
+    from agentrl.evaluation.checkpoint import summarize
     from agentrl.records import StepRecord
     from agentrl.rollout.episodes import Episode
 

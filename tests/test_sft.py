@@ -81,7 +81,7 @@ def test_sft_tiny_model_imitates_the_expert(tiny, expert, tmp_path):
     the expert through the real rollout and wins; the completion loss falls."""
     import torch
 
-    from agentrl.eval import load_policy
+    from agentrl.evaluation.checkpoint import load_policy
     from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
     from agentrl.sft import sft_train
 

@@ -5,7 +5,6 @@
 """
 
 from . import context  # noqa: F401  (registers the 'role' context)
-from .evaluate import handoff_accuracy
 from .spec import (
     CLEANERS,
     CollabError,
@@ -34,7 +33,6 @@ __all__ = [
     "clean_output",
     "counterfactual",
     "from_dict",
-    "handoff_accuracy",
     "placeholders",
     "render",
     "role_messages",

@@ -23,7 +23,7 @@ from test_collab_both import _spy_micro_batches
 from test_collab_trainer import build, make_cfg
 from transformers import AutoConfig, AutoTokenizer, TrainerCallback
 
-from agentrl.collab.eval_cli import generator, load_run, play
+from agentrl.evaluation.collab import generators, load_run, play
 from agentrl.recipe_file import RecipeError
 
 
@@ -96,10 +96,12 @@ def test_each_model_plays_and_trains_its_own_role(tmp_path, collab_model_dir, co
         if policies == "lora":  # an adapter on the role's own base
             d = Path(json.loads((d / "adapter_config.json").read_text())["base_model_name_or_path"])
         assert AutoConfig.from_pretrained(d).hidden_size == hidden and len(AutoTokenizer.from_pretrained(d)) <= vocab
-    # agentrl eval-collab plays the saved pair, each policy with its own tokenizer
+    # agentrl eval plays the saved pair through the rollout loop, each policy with its own tokenizer
     c, models, toks = load_run(str(tmp_path / "final"), None, "think_solve")
     assert len(toks["thinker"]) <= 300 < len(toks["solver"])
-    assert len(play(c, ["Calculate 2 + 3."], generator(models, toks, 8, 1.0, 1.0, 4))) == 1
+    (ep,) = play(c, 1, {"tasks": ["basic_arithmetic"], "size": 1}, generators(models, toks, 8, 1.0, 1.0), 4)
+    assert ep.steps and ep.steps[0].info["response"] == toks["solver"].decode(ep.tokens.completion_ids,
+                                                                              skip_special_tokens=True)
 
 
 @pytest.mark.parametrize("policies", ["full", "lora"])
@@ -112,7 +114,7 @@ def test_resume_restores_the_role_model_and_its_optimizer(tmp_path, collab_model
     assert (ckpt / "role_models" / "thinker.pt").is_file()
     res = build(_cfg(tmp_path, collab_model_dir, collab_other_model_dir, policies, overwrite_output_dir=False))
     res.train(resume_from_checkpoint=str(ckpt))
-    assert res.ccpo_state == ref.ccpo_state
+    assert res.algorithm_state == ref.algorithm_state
     pairs = [(ref.role_models["thinker"].model, res.role_models["thinker"].model), (ref.model, res.model)]
     for m_ref, m_res in pairs:
         for (n, p), (_, q) in zip(m_ref.named_parameters(), m_res.named_parameters(), strict=True):

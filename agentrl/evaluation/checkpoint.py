@@ -1,39 +1,19 @@
-"""``agentrl eval``: roll a checkpoint out on an env split and print a paper-style table.
+"""A checkpoint rolled out on an env split, with the settings it was trained with: the env half
+of ``agentrl eval`` (``agentrl.evaluation.cli``; its help describes the flags).
 
-    agentrl eval --checkpoint runs/x/checkpoint-50 --split valid --episodes 60
-    agentrl eval --checkpoint A --checkpoint B --families pick,clean --temperature 0.4 --out eval.json
-
-The rollout settings default to the ones the checkpoint was trained with (the run folder's
-``recipe.yaml``, else the checkpoint's ``training_args.bin``): env id, env kwargs, context mode,
-history length, prefill, tokens per action (``max_completion_length``), max turns and max prompt
-tokens. Each can be overridden (``--env``, ``--env-kwargs``, ``--context-mode``,
-``--history-length``, ``--prefill``, ``--max-new-tokens``, ``--max-turns``,
-``--max-prompt-tokens``); the settings used are printed, with a warning for each override that
-departs from training (a checkpoint evaluated with other prompts can score 0% where it scores
-35% with its own).
-
-The results JSON goes to ``--out``, by default ``eval_<env>_<split>.json`` in the (first)
-checkpoint folder.
-
-Task seeds are ``seed_start .. seed_start+episodes-1`` (or ``--seeds 3,5,8``): the same seeds give
-the same tasks, so two checkpoints evaluated with the same flags saw the same episodes.
-Success is the env's ``won`` flag; score is the mean final-step reward x 100 (WebShop's score).
-
-Tool-using reasoning (``agentrl/ToolReason-v0``) is reported in APPO's Table 1 shape instead: one
-column per task family (benchmark) with accuracy (math, verified) or mean token-F1 (QA) x 100
-and an Avg column (the unweighted mean over families, as the paper averages benchmarks), then
-tool calls per episode (python / search) and the format-error rate per family. To evaluate on a
-local benchmark file, name it with ``--dataset NAME=PATH`` (repeatable; NAME is a math benchmark
-of ``agentrl_envs.tasks.benchmarks`` or a QA dataset of ``agentrl_envs.tasks.qa``): every problem of the
-file is played once, in file order, and ``--families`` defaults to the datasets named::
-
-    agentrl eval --checkpoint runs/appo/x/checkpoint-200 --env agentrl/ToolReason-v0 \
-        --dataset gsm8k=data/gsm8k_test.jsonl --dataset hotpotqa=data/hotpot_dev.jsonl
+Episodes are played by ``agentrl.rollout.run_episodes``, the loop training plays, and summed up
+by ``agentrl.rollout.metrics.episode_metrics``, the function training logs with. The rollout
+settings default to the checkpoint's training (``resolve_settings``: the run folder's
+``recipe.yaml``, else the checkpoint's ``training_args.bin``); each given one that departs from
+training is a warning. Task seeds ``seed_start .. seed_start+episodes-1`` (or explicit ``seeds``)
+give the same tasks to every checkpoint. Success is the env's ``won`` flag; score is the mean
+final-step reward x 100 (WebShop's score). Tool-using reasoning (``agentrl/ToolReason-v0``) is
+summed up in APPO's Table 1 shape instead (``tool_tables``), and can play every problem of local
+benchmark files (``datasets``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -41,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.cli_args import both_spellings
 from agentrl.recipe_file import first_line
 
 DEFAULT_EPISODES = 20
@@ -395,99 +374,3 @@ def dataset_episodes(env_id: str, env_kwargs: dict, split: str, families: list[s
         return out
     finally:
         env.close()
-
-
-def _parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="agentrl eval", description=__doc__.replace("``", "`"),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, action="append",
-                   help="model or adapter folder; repeat to compare several checkpoints in one table")
-    p.add_argument("--split", default="valid", help="env split (train / valid / valid_seen / valid_unseen)")
-    p.add_argument("--episodes", type=int, default=DEFAULT_EPISODES,
-                   help=f"number of episodes (task seeds; default {DEFAULT_EPISODES})")
-    p.add_argument("--seeds", default=None, help="comma-separated task seeds (overrides --episodes)")
-    p.add_argument("--seed-start", type=int, default=0, help="first task seed")
-    p.add_argument("--families", default=None, help="comma-separated task families to keep")
-    p.add_argument("--dataset", action="append", default=None, metavar="NAME=PATH",
-                   help="ToolReason: evaluate every problem of a local benchmark file (e.g. gsm8k=test.jsonl, "
-                        "hotpotqa=dev.jsonl) as family NAME; repeatable")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (SALT uses 0.4)")
-    p.add_argument("--greedy", action="store_true", help="greedy decoding (same as --temperature 0)")
-    p.add_argument("--out", default=None, help="write the results JSON here")
-    g = p.add_argument_group("rollout settings (default: the checkpoint's training settings)")
-    g.add_argument("--env", default=None, help="gymnasium id, e.g. agentrl/TextCraft-v0")
-    g.add_argument("--env-kwargs", default=None, help='JSON dict for gymnasium.make, e.g. \'{"prompt_style": "compact"}\'')
-    g.add_argument("--context-mode", default=None, choices=["window", "trajectory"])
-    g.add_argument("--history-length", type=int, default=None, help="steps of history in window prompts")
-    g.add_argument("--prefill", default=None, help="text after the assistant header (training's: <action>)")
-    g.add_argument("--max-new-tokens", type=int, default=None, help="tokens per action (training's max_completion_length)")
-    g.add_argument("--max-turns", type=int, default=None, help="step cap per episode (training's max_turns)")
-    g.add_argument("--max-prompt-tokens", type=int, default=None, help="prompt budget per turn")
-    g.add_argument("--stop-strings", default=None,
-                   help="comma-separated strings that end a turn, e.g. '</python>,</answer>' (training's stop_strings)")
-    return both_spellings(p).parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    args = _parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs is not None else None
-        if env_kwargs is not None and not isinstance(env_kwargs, dict):
-            raise EvalError("--env-kwargs must be a JSON object")
-        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-        for flag in ("max_new_tokens", "max_turns", "max_prompt_tokens"):
-            if getattr(args, flag) is not None and getattr(args, flag) < 1:
-                raise EvalError(f"--{flag.replace('_', '-')} must be >= 1")
-        if args.history_length is not None and args.history_length < 0:
-            raise EvalError("--history-length must be >= 0")
-        stop_strings = None
-        if args.stop_strings is not None:
-            stop_strings = [x for x in args.stop_strings.split(",") if x]
-            if not stop_strings:
-                raise EvalError("--stop-strings needs at least one non-empty string")
-        datasets = None
-        for d in args.dataset or []:
-            name, eq, path = d.partition("=")
-            if not eq or not name.strip() or not path.strip():
-                raise EvalError(f"--dataset takes NAME=PATH (e.g. gsm8k=data/test.jsonl), got {d!r}")
-            datasets = {**(datasets or {}), name.strip(): path.strip()}
-    except (json.JSONDecodeError, ValueError, EvalError) as e:
-        print(f"agentrl eval: bad argument: {e}", file=sys.stderr)
-        return 2
-    if args.episodes <= 0 and not seeds:
-        print("agentrl eval: --episodes must be positive", file=sys.stderr)
-        return 2
-    families = args.families.split(",") if args.families else None
-    temperature = 0.0 if args.greedy else args.temperature
-    results = []
-    try:
-        for ck in args.checkpoint:
-            results.append(evaluate(ck, args.env, split=args.split, episodes=args.episodes, seeds=seeds,
-                                    seed_start=args.seed_start, families=families, temperature=temperature,
-                                    max_new_tokens=args.max_new_tokens, env_kwargs=env_kwargs,
-                                    context_mode=args.context_mode, history_length=args.history_length,
-                                    prefill=args.prefill, max_turns=args.max_turns,
-                                    max_prompt_tokens=args.max_prompt_tokens, stop_strings=stop_strings,
-                                    datasets=datasets,
-                                    progress=sys.stderr.isatty(), verbose=True))
-    except (EvalError, ValueError) as e:
-        print(f"agentrl eval: {e}", file=sys.stderr)
-        return 2
-    print(tool_tables(results) if has_tool_scores(results) else markdown_table(results, "success"))
-    errors = sum(r.all.get("error_episodes", 0) for r in results)
-    if errors:
-        print(f"\nwarning: {errors} episode(s) ended on an env error (counted as failures; see the JSON)")
-    env_id = results[0].env_id
-    if "WebShop" in env_id:
-        print("\nScore:\n" + markdown_table(results, "score"))
-    out = Path(args.out) if args.out else Path(args.checkpoint[0]) / (
-        f"eval_{env_id.split('/')[-1]}_{args.split}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([r.to_dict() for r in results], indent=2))
-    print(f"\nresults: {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -66,7 +66,7 @@ def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str
     the invalid-action rate, the mean episode length and the per-task outcomes ``wins``."""
     import torch
 
-    from agentrl.eval import load_policy
+    from agentrl.evaluation.checkpoint import load_policy
     from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
     from agentrl.rollout.metrics import episode_metrics
 
