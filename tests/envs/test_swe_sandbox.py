@@ -140,9 +140,10 @@ def test_latency(env):
 
 # --- hardening (review findings; each test failed before its fix) -----------------------------
 # Code planted in the repository's package: it runs when the grading run imports the tests. It
-# looks for the result nonce wherever a process can read it cheaply (environment, argv of the
-# jail's processes, stdin) and prints a result line for every candidate: a forged verdict
-# ("forged", then os._exit(0)) or a garbled one ("malformed").
+# looks for a secret wherever a process can read it cheaply (environment, argv of the jail's
+# processes, stdin) and prints a result line for every candidate: a forged verdict ("forged",
+# then os._exit(0)) or a garbled one ("malformed"). The verdict travels over the harness's pipe,
+# not stdout, so neither counts (test_swe_limits.py attacks the pipe and the runner).
 FORGER = """import os, re, sys
 _c = set()
 for _f in ("/proc/self/environ", "/proc/self/cmdline", "/proc/1/environ", "/proc/1/cmdline"):
@@ -194,23 +195,21 @@ class TestHardening:
             new_str=FORGER.format(line=line, forged=forged))
         obs, r, term, _, info = act(env, tool="finish")
         assert (r, term, info["won"]) == (0.0, True, False)
-        assert "CANDIDATES 0" in obs  # the nonce is in no environment, argv or stdin
+        assert "CANDIDATES 0" in obs  # no secret in any environment, argv or stdin
         assert not (env._base / "grade").exists()
 
     def test_result_line_is_parsed_defensively(self):
-        n = "0123456789abcdef" * 2
-        ok = f"3 passed\n@@agentrl-result {n} passed=3 failed=0 errors=0\n"
-        assert _parse_result(ok, n, 0) == ((3, 0, 0), ["3 passed"])
-        assert _parse_result(ok, n, 1)[0] is None  # exit code disagrees with the counts
-        assert _parse_result(ok, n, None)[0] is None  # timed out
-        assert _parse_result(ok.replace(n, "f" * 32), n, 0)[0] is None  # another nonce
-        assert _parse_result(ok + "after\n", n, 0)[0] is None  # not the last line
-        assert _parse_result(f"@@agentrl-result {n} passed=0 failed=0 errors=0", n, 0)[0] is None
-        assert _parse_result(f"@@agentrl-result {n} passed=1 failed=2 errors=0", n, 1) == ((1, 2, 0), [])
-        for bad in ["passed=1=2", "x=1", "passed=3 failed=0", "passed=9999999999 failed=0 errors=0",
-                    "passed=\u0663 failed=0 errors=0", "passed=3 failed=0 errors=0 extra=1"]:
-            assert _parse_result(f"@@agentrl-result {n} {bad}\n", n, 0)[0] is None, bad
-        assert _parse_result("", n, 0) == (None, [])
+        ok = b"passed=3 failed=0 errors=0\n"
+        assert _parse_result(ok, 0) == (3, 0, 0)
+        assert _parse_result(ok, 1) is None  # exit code disagrees with the counts
+        assert _parse_result(ok, None) is None  # timed out
+        assert _parse_result(ok + ok, 0) is None  # one line only
+        assert _parse_result(b"passed=0 failed=0 errors=0", 0) is None
+        assert _parse_result(b"passed=1 failed=2 errors=0", 1) == (1, 2, 0)
+        for bad in [b"passed=1=2", b"x=1", b"passed=3 failed=0", b"passed=9999999999 failed=0 errors=0",
+                    "passed=\u0663 failed=0 errors=0".encode(), b"passed=3 failed=0 errors=0 extra=1",
+                    b"\xffpassed=3 failed=0 errors=0", b""]:
+            assert _parse_result(bad, 0) is None, bad
 
     def test_bash_view_never_reads_host_files(self, env, tmp_path):
         host = tmp_path / "host.txt"
@@ -276,7 +275,8 @@ class TestHardening:
         assert not (tmp_path / "d").exists()
 
     def test_workspace_limits_apply_before_the_snapshot(self):
-        e = SWEEnv(workspace_limit_mb=4, workspace_limit_files=200)
+        # without the tmpfs quota (which stops such writes while they happen: test_swe_limits.py)
+        e = SWEEnv(workspace_limit_mb=4, workspace_limit_files=200, workspace_quota=False)
         try:
             e.reset(options={"task_id": "off_by_one_paginate"})
             tracemalloc.start()

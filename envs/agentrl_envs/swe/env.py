@@ -14,7 +14,8 @@ Actions are JSON tool calls inside ``<action>...</action>``::
 Paths are relative to the repository or absolute under ``/testbed``. The file tools and search run
 on the host over the workspace (symlinks resolved; anything outside it is refused); ``bash`` runs
 in a bubblewrap jail (``agentrl_envs.swe.sandbox``) as an unprivileged uid with no network and limits on
-memory, CPU, processes, file size and wall time. ``pytest`` inside the jail is our own
+memory and processes (per process and per jail, ``agentrl_envs.swe.limits``), CPU, file size, the
+workspace's total size (a size-limited tmpfs where we may mount one) and wall time. ``pytest`` inside the jail is our own
 pytest-compatible runner (``envs/agentrl_envs/swe/runtime/pytest_shim.py``): Debian's /usr/bin/python3 has
 no pytest and the jail cannot see the project venv.
 
@@ -35,16 +36,19 @@ as the observation without a penalty, as in SWE-agent. ``info`` carries RTMC ``s
 state *after* the step, in which the next action is taken; reset gives s_0) and ``action_sig``
 (the action just executed); see ``agentrl_envs.swe.signatures``.
 
-Known limits of the isolation: memory is capped per process (RLIMIT_AS), not per jail (no
-cgroup); nothing caps the disk while a command runs (files are capped at 16 MiB each, and the
-workspace size and file-count limits are enforced as soon as the command returns, before the host
-reads the tree); and the test verdict is produced inside the test process, which imports the
-agent's code, so code that searches the runner's memory could forge it (the result nonce comes
-over stdin, never through the environment or argv, and the marker must agree with the exit code).
+Limits: memory and process count are capped per jail by a cgroup where the host lets us make
+one, else by RLIMIT_NPROC of the jail's own uid and a supervisor that sums resident sets
+(``limits.py``; ``env.jail_limits`` names the mechanism in use, logged once at startup). The
+workspace is a size-limited tmpfs when we may mount one (root), so a write past it fails with
+ENOSPC while the command runs; otherwise only RLIMIT_FSIZE holds during the command and the total
+is enforced right after it. The verdict comes from a harness the submission cannot edit or
+address (``grading.py`` states the threat model).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import tempfile
 import weakref
 from pathlib import Path
@@ -53,12 +57,14 @@ from typing import Any
 from agentrl_envs.base import TextEnv, parse_reset_options, truncate
 from agentrl_envs.swe import expert
 from agentrl_envs.swe.grading import Verdict, grade, write_runtime
+from agentrl_envs.swe.limits import mount_quota, unmount
 from agentrl_envs.swe.sandbox import WORKDIR, Limits, Sandbox
 from agentrl_envs.swe.tasks import SPLITS, Task, families, load_tasks
 from agentrl_envs.swe.tools import TOOLS_DOC, Outcome, Refused, Tools
 from agentrl_envs.swe.workspace import Workspace, rmtree
 
 DEFAULT_MAX_STEPS = 30
+log = logging.getLogger(__name__)
 
 __all__ = ["SWEEnv", "TOOLS_DOC", "DEFAULT_MAX_STEPS"]
 
@@ -74,7 +80,8 @@ class SWEEnv(TextEnv):
                  memory_mb: int = 512, nproc: int = 16, validation_shaping: bool = False,
                  validation_beta: float = 0.05, shape_every_validation: bool = True,
                  workspace_limit_mb: int = 32, jail_uid: int | None = None,
-                 workspace_limit_files: int = 5000):
+                 workspace_limit_files: int = 5000, jail_memory_mb: int = 1024,
+                 jail_limits: str = "auto", workspace_quota: bool = True):
         """
         Args:
             invalid_action_penalty: subtracted from the reward of a rejected action (base class).
@@ -85,9 +92,8 @@ class SWEEnv(TextEnv):
             max_obs_chars: observations are cut to this many characters (head + tail kept).
             command_timeout: wall-clock limit of one bash command, seconds.
             grade_timeout: wall-clock limit of the grading test run, seconds.
-            memory_mb: address-space limit per sandboxed process, MiB. There is no cgroup: a
-                command's total memory is bounded by nproc x memory_mb (8 GiB by default).
-            nproc: process (and thread) limit of the sandbox's uid.
+            memory_mb: address-space limit per sandboxed process, MiB.
+            nproc: process (and thread) limit of the whole jail.
             validation_shaping: add RTMC's validation bonus (RTMC, Eq. 12).
             validation_beta: the bonus beta (paper: 0.05).
             shape_every_validation: True = every test run after a modification earns beta (Eq. 12
@@ -98,6 +104,11 @@ class SWEEnv(TextEnv):
                 inside the jail it is always uid 1000.
             workspace_limit_files: right after a command, entries (files, directories, links)
                 beyond this count are deleted, the ones the command made first.
+            jail_memory_mb: memory of all of a command's processes together, MiB.
+            jail_limits: how the jail-wide caps are enforced: "auto" (the strongest the host
+                allows), "cgroup-v2", "cgroup-v1" or "rlimit+rss-watch" (see ``limits.py``).
+            workspace_quota: make the workspace a tmpfs of ``workspace_limit_mb`` where we may mount
+                one (False: only the limits enforced right after each command).
         """
         super().__init__(invalid_action_penalty=invalid_action_penalty, history_length=history_length,
                          render_mode=render_mode)
@@ -112,14 +123,24 @@ class SWEEnv(TextEnv):
         self.shape_every_validation = bool(shape_every_validation)
         self.tasks = load_tasks()
         self._base = Path(tempfile.mkdtemp(prefix="agentrl-swe-"))
-        self._finalizer = weakref.finalize(self, rmtree, self._base)
         self.repo = self._base / "repo"
         self.repo.mkdir()
+        self._finalizer = weakref.finalize(self, _remove, self._base, self.repo)
         runtime = self._base / "runtime"
         write_runtime(runtime)
         self.sandbox = Sandbox(self.repo, runtime, Limits(wall_s=self.command_timeout, memory_mb=memory_mb,
-                                                          nproc=nproc), jail_uid=jail_uid)
+                                                          nproc=nproc, jail_memory_mb=jail_memory_mb,
+                                                          jail_mechanism=jail_limits), jail_uid=jail_uid)
         self.sandbox.give(self._base)
+        no_quota = "turned off" if not workspace_quota else mount_quota(
+            self.repo, int(workspace_limit_mb) << 20, 2 * int(workspace_limit_files), self.sandbox.uid)
+        self.workspace_quota = no_quota is None
+        """The workspace is a size-limited tmpfs (writes past it fail with ENOSPC in the jail)."""
+        self.jail_limits = (f"{self.sandbox.limiter.describe()}; workspace "
+                            + (f"tmpfs of {int(workspace_limit_mb)} MiB" if no_quota is None else
+                               f"without a quota while a command runs ({no_quota})"))
+        """The limits in force, in one line (also logged at startup)."""
+        log.info("agentrl/SWE-v0 jail limits: %s", self.jail_limits)
         self.workspace = Workspace(self.repo, self.sandbox.give, int(workspace_limit_mb) << 20,
                                    workspace_limit_files)
         self.tools = Tools(self.workspace, self.sandbox, self.command_timeout)
@@ -223,3 +244,10 @@ class SWEEnv(TextEnv):
     def close(self):
         self._finalizer()
         super().close()
+
+
+def _remove(base: Path, repo: Path) -> None:
+    """The env's files: the workspace's tmpfs (if any) is detached before the tree is removed."""
+    if os.path.ismount(repo):
+        unmount(repo)
+    rmtree(base)

@@ -1,11 +1,14 @@
 """Bubblewrap jail that runs the SWE env's shell commands and test suites.
 
 Every command runs as ``bwrap --unshare-all --die-with-parent`` (no network, own pid/ipc/uts
-namespaces) with read-only system directories, a private tmpfs ``/tmp``, the task's workspace
+namespaces) with read-only system directories and /dev, private sized tmpfs ``/tmp`` and
+``/dev/shm``, the task's workspace
 bound read-write at ``/testbed`` (the only writable place that outlives the command) and our
 runtime (a pytest-compatible runner) read-only at ``/opt/swe``. Limits: address space, CPU
-time, processes, file size (``prlimit``, inherited by bwrap and everything inside) and wall
-time (the whole namespace is killed).
+time, processes, file size (``prlimit``, inherited by bwrap and everything inside), wall
+time (the whole namespace is killed), and memory and process count for the jail as a whole
+(``limits.py``: a cgroup per command where the host allows one, else RLIMIT_NPROC of the jail's
+own uid and a supervisor that sums resident sets).
 
 Root is exempt from RLIMIT_NPROC, so when we are root the jail runs as an
 unprivileged uid of its own (one per Sandbox, so that envs do not share a process budget);
@@ -26,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentrl_envs.swe.limits import POLL_S, RssWatch, choose
+
 INSTALL_HINT = ("bubblewrap (bwrap) is required by agentrl/SWE-v0: every tool command runs in a "
                 "bubblewrap sandbox. Install it with `apt-get install -y bubblewrap` (Debian/Ubuntu).")
 
@@ -33,6 +38,8 @@ JAIL_PYTHON = "/usr/bin/python3"
 WORKDIR = "/testbed"
 RUNTIME_MOUNT = "/opt/swe"
 JAIL_ID = 1000  # uid and gid of the jail's user as seen inside (fixed: observations are reproducible)
+# RLIMIT_NPROC's headroom over pids.max when a cgroup caps the jail's process count
+NPROC_BACKSTOP = 16
 JAIL_PATH = f"{RUNTIME_MOUNT}/bin:/usr/bin:/bin:/usr/local/bin:/usr/sbin:/sbin"
 
 # /etc entries a shell and Python may want; bound read-only when present (no passwd/shadow).
@@ -44,14 +51,19 @@ _uid_counter = itertools.count()
 # init; where init does not reap (a container whose pid 1 is python), the zombies would count
 # against the jail uid's RLIMIT_NPROC. So every command runs under this tiny reaper: a child
 # subreaper (prctl PR_SET_CHILD_SUBREAPER = 36) that reaps all descendants and exits with the
-# command's status.
+# command's status. It first waits for one byte on the sync fd (argv[1]): the host writes it once
+# the reaper is inside the jail's cgroup, so every process of the jail starts under the cap.
 _REAPER = (
     "import ctypes, os, sys\n"
     "ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)\n"
+    "sync = int(sys.argv[1])\n"
+    "if os.read(sync, 1) != b'1':\n"
+    "    sys.exit(125)\n"
+    "os.close(sync)\n"
     "pid = os.fork()\n"
     "if pid == 0:\n"
     "    try:\n"
-    "        os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "        os.execvp(sys.argv[2], sys.argv[2:])\n"
     "    finally:\n"
     "        os._exit(127)\n"
     "code = 1\n"
@@ -112,12 +124,16 @@ class Limits:
     """RLIMIT_CPU per process, seconds."""
     memory_mb: int = 512
     """RLIMIT_AS per process, MiB."""
+    jail_memory_mb: int = 1024
+    """Memory of all the jail's processes together, MiB (``limits.py``)."""
     nproc: int = 16
-    """RLIMIT_NPROC: processes (threads) of the jail's uid."""
+    """Processes (threads) of the whole jail: pids.max of its cgroup, else RLIMIT_NPROC of its uid."""
+    jail_mechanism: str = "auto"
+    """How the jail-wide caps are enforced: one of ``limits.MECHANISMS`` (auto = the strongest)."""
     fsize_mb: int = 16
     """RLIMIT_FSIZE: largest file a command may write, MiB."""
     tmp_mb: int = 64
-    """Size of the private tmpfs at /tmp, MiB."""
+    """Size of each of the private tmpfs at /tmp and /dev/shm, MiB."""
     output_bytes: int = 65536
     """Bytes of output kept (head and tail halves); the rest is counted and dropped."""
 
@@ -132,6 +148,8 @@ class RunResult:
     timed_out: bool
     dropped_bytes: int = 0
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    """A jail-wide limit that the command ran into, one line each."""
     extra: dict = field(default_factory=dict)
 
 
@@ -159,6 +177,7 @@ class Sandbox:
         self.workspace = Path(workspace)
         self.runtime_dir = Path(runtime_dir)
         self.limits = limits or Limits()
+        self.limiter = choose(self.limits.jail_memory_mb, self.limits.nproc, self.limits.jail_mechanism)
         self.is_root = os.geteuid() == 0
         if self.is_root:
             # A uid of our own: RLIMIT_NPROC counts per uid, and root ignores it.
@@ -180,10 +199,17 @@ class Sandbox:
                     os.lchown(os.path.join(root, n), self.uid, self.uid)
 
     # --- running -------------------------------------------------------------------------------
-    def _argv(self, command: list[str], workspace: Path, env: dict[str, str]) -> list[str]:
+    def _argv(self, command: list[str], workspace: Path, env: dict[str, str], sync_fd: int,
+              writable: bool = True) -> list[str]:
         lim = self.limits
-        nproc = lim.nproc if self.is_root else _count_own_processes(self.uid) + lim.nproc
-        argv = [JAIL_PYTHON, "-I", "-S", "-c", _REAPER,
+        nproc = lim.nproc
+        if self.limiter.kernel_pids:
+            # pids.max is the cap; RLIMIT_NPROC stays as a backstop with headroom, so that what
+            # stops a fork bomb (and what the tests check) is the cgroup
+            nproc += NPROC_BACKSTOP
+        if not self.is_root:
+            nproc += _count_own_processes(self.uid)
+        argv = [JAIL_PYTHON, "-I", "-S", "-c", _REAPER, str(sync_fd),
                 "prlimit", f"--nproc={nproc}", f"--as={lim.memory_mb << 20}", f"--cpu={lim.cpu_s}",
                 f"--fsize={lim.fsize_mb << 20}", "--core=0", "--",
                 bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
@@ -198,10 +224,12 @@ class Sandbox:
         for name in _ETC_FILES:
             if os.path.exists(f"/etc/{name}"):
                 argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        argv += ["--proc", "/proc", "--dev", "/dev",
-                 "--size", str(lim.tmp_mb << 20), "--tmpfs", "/tmp",
+        # bwrap's /dev is an unbounded tmpfs that the jail's uid owns: /dev/shm gets a sized tmpfs
+        # of its own and /dev itself is made read-only (its device nodes still work)
+        argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(lim.tmp_mb << 20), "--tmpfs", "/dev/shm",
+                 "--remount-ro", "/dev", "--size", str(lim.tmp_mb << 20), "--tmpfs", "/tmp",
                  "--ro-bind", str(self.runtime_dir), RUNTIME_MOUNT,
-                 "--bind", str(workspace), WORKDIR, "--chdir", WORKDIR]
+                 "--bind" if writable else "--ro-bind", str(workspace), WORKDIR, "--chdir", WORKDIR]
         base_env = {"PATH": JAIL_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TERM": "dumb",
                     "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
                     "PYTHONPATH": f"{RUNTIME_MOUNT}/lib", "PYTHONUNBUFFERED": "1"}
@@ -212,24 +240,51 @@ class Sandbox:
 
     def run(self, command: list[str], workspace: str | Path | None = None,
             env: dict[str, str] | None = None, wall_s: float | None = None,
-            stdin: bytes | None = None) -> RunResult:
+            stdin: bytes | None = None, writable: bool = True, pass_fd: int | None = None) -> RunResult:
         """Run ``command`` (argv inside the jail) and return its merged, capped output.
 
         ``stdin``: a few bytes the command reads on its standard input (default: /dev/null). They
         travel over a pipe, so unlike ``env`` they appear in no environment and no argv.
+        ``writable``: bind the workspace read-write (else read-only). ``pass_fd``: an fd of ours
+        that the command inherits under the same number (the grading harness's result pipe).
         """
         lim = self.limits
         wall = lim.wall_s if wall_s is None else float(wall_s)
-        argv = self._argv(command, Path(workspace or self.workspace), env or {})
         kw: dict = {}
         if self.is_root:
             kw = {"user": self.uid, "group": self.uid, "extra_groups": []}
-        t0 = time.monotonic()
-        proc = self._popen(argv, stdin, kw)
-        half = lim.output_bytes // 2
+        sync_r, sync_w = os.pipe()
+        try:
+            argv = self._argv(command, Path(workspace or self.workspace), env or {}, sync_r, writable)
+            t0 = time.monotonic()
+            proc = self._popen(argv, stdin, (sync_r,) if pass_fd is None else (sync_r, pass_fd), kw)
+        except BaseException:
+            os.close(sync_w)
+            raise
+        finally:
+            os.close(sync_r)
+        unlimited = None
+        try:
+            try:
+                self.limiter.start(proc.pid)  # the reaper waits on the sync pipe meanwhile
+                os.write(sync_w, b"1")
+            except OSError as e:  # e.g. the cgroup cannot be made: the command never starts
+                unlimited = f"The sandbox could not apply its limits ({e}); the command was not run."
+            finally:
+                os.close(sync_w)  # unreleased, the reaper reads EOF and exits 125
+            res = self._collect(proc, t0, wall)
+        finally:
+            notes = self.limiter.finish()
+        res.notes = notes + ([unlimited] if unlimited else [])
+        return res
+
+    def _collect(self, proc: subprocess.Popen, t0: float, wall: float) -> RunResult:
+        """Read the command's output until it exits, runs out of time or breaks a jail-wide cap."""
+        half = self.limits.output_bytes // 2
         head, tail = bytearray(), bytearray()
         dropped = 0
-        timed_out = False
+        timed_out = over_cap = False
+        tick = POLL_S if isinstance(self.limiter, RssWatch) else 0.5
         fd = proc.stdout.fileno()
         deadline = t0 + wall
         while True:
@@ -237,7 +292,10 @@ class Sandbox:
             if left <= 0:
                 timed_out = True
                 break
-            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if self.limiter.poll(proc.pid):
+                over_cap = True
+                break
+            ready, _, _ = select.select([fd], [], [], min(left, tick))
             if not ready:
                 continue
             chunk = os.read(fd, 65536)
@@ -252,7 +310,7 @@ class Sandbox:
                 if len(tail) > half:
                     dropped += len(tail) - half
                     del tail[: len(tail) - half]
-        if timed_out:
+        if timed_out or over_cap:
             self._kill(proc)
         try:
             code = proc.wait(timeout=5)
@@ -268,10 +326,10 @@ class Sandbox:
                          dropped_bytes=dropped, seconds=time.monotonic() - t0)
 
     @staticmethod
-    def _popen(argv: list[str], data: bytes | None, kw: dict) -> subprocess.Popen:
+    def _popen(argv: list[str], data: bytes | None, fds: tuple[int, ...], kw: dict) -> subprocess.Popen:
+        common = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0, pass_fds=fds, **kw)
         if data is None:
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, process_group=0, **kw)
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, **common)
         if len(data) > 4096:  # more could block the write below (the pipe buffer is >= 4 KiB)
             raise ValueError("stdin data is limited to 4096 bytes")
         r, w = os.pipe()
@@ -279,8 +337,7 @@ class Sandbox:
             os.write(w, data)
             os.close(w)
             w = -1
-            return subprocess.Popen(argv, stdin=r, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    process_group=0, **kw)
+            return subprocess.Popen(argv, stdin=r, **common)
         finally:
             os.close(r)
             if w >= 0:

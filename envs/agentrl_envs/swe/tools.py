@@ -259,6 +259,7 @@ class Tools:
             out += f"\n[The command timed out after {self.command_timeout:g} s and was killed.]"
         elif res.exit_code:
             out += f"\n[exit code {res.exit_code}]"
+        out += "".join(f"\n[{n}]" for n in res.notes)
         extra["exit_code"] = res.exit_code
         extra["timed_out"] = res.timed_out
         outcome = Outcome((out or "(no output)") + note, "")

@@ -79,9 +79,11 @@ class Workspace:
 
     # --- episode start ------------------------------------------------------------------------
     def materialize(self, files: dict[str, str]) -> None:
-        """Replace the workspace by ``files`` ({relative path: text}), fixed mtimes."""
-        rmtree(self.root)
-        self.root.mkdir()
+        """Replace the workspace by ``files`` ({relative path: text}), fixed mtimes. The root
+        directory itself stays: it may be the mount point of the workspace's quota tmpfs."""
+        self.root.mkdir(exist_ok=True)
+        for child in list(self.root.iterdir()):
+            rmtree(child)
         for rel, text in sorted(files.items()):
             p = self.root / rel
             p.parent.mkdir(parents=True, exist_ok=True)

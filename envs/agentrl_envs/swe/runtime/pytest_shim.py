@@ -11,9 +11,9 @@ run it). It is our own code, a subset of pytest:
   (``match=``), ``pytest.approx``, ``pytest.fail``, ``pytest.skip``, ``pytest.mark.parametrize``;
 * exit codes as pytest: 0 all passed, 1 failures, 2 collection errors, 5 nothing collected.
 
-Output carries no timings, so runs are deterministic. The env's grading run enters through
-``graded_main`` (runtime ``_grade.py``): it reads a nonce from stdin and ends the output with a
-machine-readable result line tagged with it.
+Output carries no timings, so runs are deterministic. The env's grading run does not trust this
+runner's output: ``harness.py`` runs each test in a child process of its own and reports the
+verdict over a pipe.
 """
 
 from __future__ import annotations
@@ -224,33 +224,9 @@ def _format_failure(exc):
     return "\n".join(lines)
 
 
-def graded_main(args=None):
-    """The env's grading run: ``main`` plus a last line ``@@agentrl-result NONCE passed=...``.
-
-    The nonce arrives on stdin, which is read to its end and replaced by /dev/null before any test
-    file (and so any code of the repository under test) is imported: it is in no environment
-    variable, no argv (both readable in /proc) and no module global, only in this call's frames.
-    This is a mitigation, not a proof: code imported by the tests runs in this process and can
-    still find the nonce by walking the interpreter's frames or scanning its memory, so an
-    in-process verdict stays forgeable by such code. The env also requires the result to be the
-    last line of output and the exit code to agree with the counts.
-    """
-    data = b""
-    while True:
-        chunk = os.read(0, 4096)
-        if not chunk:
-            break
-        data += chunk
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    return main(args, _nonce=data.decode("ascii", "replace").strip() or None)
-
-
-def main(args=None, *, _nonce=None):
+def main(args=None):
     """Run the tests; returns the exit code."""
     opts = _parse_args(list(sys.argv[1:] if args is None else args))
-    nonce = _nonce
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     for p in opts["paths"] or ["."]:
@@ -265,15 +241,12 @@ def main(args=None, *, _nonce=None):
             print(f"ERROR collecting {rel}")
             print(_format_failure(e))
         print(f"Interrupted: {len(errors)} error(s) during collection")
-        _result(nonce, 0, 0, len(errors))
         return 2
     if not tests:
         print("no tests ran")
-        _result(nonce, 0, 0, 0)
         return 5
     passed, failed, skipped, failures = _run_tests(tests, opts)
     _summary(passed, failed, skipped, failures)
-    _result(nonce, passed, failed, 0)
     return 1 if failed else 0
 
 
@@ -367,7 +340,3 @@ def _summary(passed, failed, skipped, failures):
         parts.append(f"{skipped} skipped")
     print(", ".join(parts))
 
-
-def _result(nonce, passed, failed, errors):
-    if nonce:
-        print(f"@@agentrl-result {nonce} passed={passed} failed={failed} errors={errors}")
