@@ -431,15 +431,12 @@ def validate_credit(name: str, kwargs: dict) -> None:
         raise RecipeError(f"credit {name!r}: {first_line(e)}") from None
 
 
-def validate_collab(cfg: AgentRLConfig) -> None:
-    """The collab keys, credit module, env and policies fit together (``agentrl.collab.recipe``)."""
-    from agentrl.collab.recipe import check_config
-    from agentrl.collab.spec import CollabError
+def validate_algorithm(cfg: AgentRLConfig) -> None:
+    """Settings the recipe's algorithm cannot run with (``agentrl.algorithms``: APPO's context and
+    reference model, a collaboration's keys, credit module, env and policies)."""
+    from agentrl import algorithms
 
-    try:
-        check_config(cfg)
-    except CollabError as e:
-        raise RecipeError(str(e)) from None
+    algorithms.check(cfg)
 
 
 def _offline() -> bool:
@@ -551,11 +548,7 @@ def validate_config(cfg: AgentRLConfig) -> None:
     validate_context(cfg.context_mode)
     validate_tasks(cfg)
     validate_credit(cfg.credit, {"gamma": cfg.gamma, **(cfg.credit_kwargs or {})})
-    if cfg.credit == "appo":  # settings APPO's trainer cannot run with (context, reference model)
-        from agentrl.trainer.appo import check_config
-
-        check_config(cfg)
-    validate_collab(cfg)
+    validate_algorithm(cfg)
     validate_model(cfg.model_name_or_path)
     if cfg.use_vllm and not vllm_available():
         raise RecipeError("use_vllm: true needs vllm (pip install 'agentrl[vllm]' on a CUDA machine); "

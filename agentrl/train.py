@@ -91,20 +91,13 @@ def check_main(argv: list[str] | None = None) -> int:
     return check_recipe(path, rest)
 
 
-def build_peft_config(cfg: AgentRLConfig):
-    if not cfg.use_peft:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=cfg.lora_target_modules or "all-linear", task_type="CAUSAL_LM")
-
-
-def build_trainer(cfg: AgentRLConfig, hooks=None):
-    """Resolve the model, load the tokenizer and construct the AgentGRPOTrainer."""
+def build_trainer(cfg: AgentRLConfig, algorithm=None):
+    """Resolve the model, load the tokenizer and construct the AgentGRPOTrainer (``algorithm``:
+    an ``agentrl.algorithms`` plug-in instead of the one the recipe selects)."""
     from transformers import AutoTokenizer
 
     from agentrl.models import resolve_model
+    from agentrl.models.lora import build_peft_config
     from agentrl.trainer import AgentGRPOTrainer, CollabTrainer
 
     model_path = resolve_model(cfg.model_name_or_path)
@@ -114,12 +107,9 @@ def build_trainer(cfg: AgentRLConfig, hooks=None):
         raise RecipeError(f"cannot load the tokenizer of {cfg.model_name_or_path}: {first_line(e)}") from None
     if tok.chat_template is None:
         raise RecipeError(f"the tokenizer of {model_path} has no chat template")
-    cls = AgentGRPOTrainer
-    if cfg.collab:  # several roles and policies (agentrl.trainer.collab_trainer)
-        cls = CollabTrainer
-    elif cfg.credit == "appo":  # APPO changes the rollout, the rows and the loss (agentrl.trainer.appo)
-        from agentrl.trainer.appo import AppoTrainer as cls
-    trainer = cls(model=model_path, args=cfg, processing_class=tok, peft_config=build_peft_config(cfg), hooks=hooks)
+    cls = CollabTrainer if cfg.collab else AgentGRPOTrainer  # several roles and policies: collab_trainer
+    trainer = cls(model=model_path, args=cfg, processing_class=tok, peft_config=build_peft_config(cfg),
+                  algorithm=algorithm)
     _install_callbacks(trainer)
     from agentrl.checkpoints import install_atomic_saves
     from agentrl.runinfo import name_base_model

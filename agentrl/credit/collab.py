@@ -64,7 +64,7 @@ advantage mean / std, the gate, SEPO's invalid-rating fraction.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -481,24 +481,3 @@ PARAMS: dict[str, dict[str, Param]] = {
     },
 }
 """Every knob of every collaboration credit module, with default, doc and check."""
-
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "shared": shared,
-    "ccpo": ccpo,
-    "ccpo_bonus": ccpo_bonus,
-    "sepo": sepo,
-}
-
-
-def resolve(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Full kwargs of collaboration credit ``name`` (defaults filled, values checked)."""
-    if name not in PARAMS:
-        raise ValueError(f"unknown collaboration credit {name!r}; valid: {', '.join(PARAMS)}")
-    params = PARAMS[name]
-    unknown = [k for k in kwargs if k not in params]
-    if unknown:
-        raise ValueError(
-            f"unknown kwarg(s) {', '.join(map(repr, unknown))} for collaboration credit {name!r}; "
-            f"valid kwargs: {', '.join(params)}"
-        )
-    return {k: (p.check(name, k, kwargs[k]) if k in kwargs else p.default) for k, p in params.items()}

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from . import collab as C
+from . import collab
 from .batch import Batch
 from .registry import GAMMA, Out, Param, register
 
@@ -44,10 +44,10 @@ class _StateParam(Param):
     """``state``: None, a ``CcpoState`` or its ``state_dict`` (checked, returned as a CcpoState)."""
 
     def check(self, est: str, key: str, v: Any) -> Any:
-        if v is None or isinstance(v, C.CcpoState):
+        if v is None or isinstance(v, collab.CcpoState):
             return v
         try:
-            return C.CcpoState.from_state_dict(v)
+            return collab.CcpoState.from_state_dict(v)
         except (ValueError, TypeError, KeyError) as e:
             raise ValueError(f"credit estimator {est!r}: kwarg {key}: {e}") from None
 
@@ -127,88 +127,88 @@ def _two_roles(v: CollabView, est: str) -> None:
                          "(use 'shared' for other collaborations)")
 
 
-def _scatter(v: CollabView, credit: C.CollabCredit) -> np.ndarray:
+def _scatter(v: CollabView, credit: collab.CollabCredit) -> np.ndarray:
     """Each joint record's role advantage (first role = Thinker, last = Solver; the middle roles
     of a longer collaboration, which only ``shared`` allows, take the Solver's)."""
-    a_first = credit.advantages[C.THINKER][v.rec_collab]
-    a_last = credit.advantages[C.SOLVER][v.rec_collab]
+    a_first = credit.advantages[collab.THINKER][v.rec_collab]
+    a_last = credit.advantages[collab.SOLVER][v.rec_collab]
     adv = np.where(v.rec_role == 0, a_first, a_last)
     return np.where(v.rec_role < 0, 0.0, adv)
 
 
-def _out(v: CollabView, credit: C.CollabCredit, extra: dict[str, float] | None = None) -> Out:
+def _out(v: CollabView, credit: collab.CollabCredit, extra: dict[str, float] | None = None) -> Out:
     diag = dict(credit.diagnostics)
     diag["collaborations"] = float(len(v.r_joint))
     if v.r_solo is not None and "r_solo_mean" not in diag:  # the diagnostics of Fig. 2 for every module
         diag["r_solo_mean"] = float(v.r_solo.mean())
-        diag.update(C.thought_fractions(v.r_joint, v.r_solo))
+        diag.update(collab.thought_fractions(v.r_joint, v.r_solo))
     diag.update(extra or {})
     return _scatter(v, credit), np.zeros(len(v.rec_role)), diag
 
 
-@register("shared", {"gamma": GAMMA_UNUSED, "scale": C.SCALE},
+@register("shared", {"gamma": GAMMA_UNUSED, "scale": collab.SCALE},
           "CCPO/SEPO arXiv 2603.21563 Sec. 3.1 (shared joint reward, the ReMA baseline)")
 def shared_records(batch: Batch, gamma: float, scale: str) -> Out:
     del gamma  # one outcome per role: nothing to discount
     v = collab_view(batch, "shared", need_solo=False)
-    return _out(v, C.shared(v.r_joint, v.group, scale))
+    return _out(v, collab.shared(v.r_joint, v.group, scale))
 
 
-@register("ccpo", {"gamma": GAMMA_UNUSED, **C.PARAMS["ccpo"], "state": STATE},
+@register("ccpo", {"gamma": GAMMA_UNUSED, **collab.PARAMS["ccpo"], "state": STATE},
           "CCPO arXiv 2603.21563 Sec. 3.2, App. C.2 (EMA-normalised counterfactual credit)")
 def ccpo_records(batch: Batch, gamma: float, alpha: float, eta: float, lam: float, min_samples: int,
-                 scale: str, warmup: str, state: C.CcpoState | None) -> Out:
+                 scale: str, warmup: str, state: collab.CcpoState | None) -> Out:
     del gamma
     v = collab_view(batch, "ccpo", need_solo=True)
     _two_roles(v, "ccpo")
-    credit, new = C.ccpo(v.r_joint, v.r_solo, v.group, state, alpha=alpha, eta=eta, lam=lam,
+    credit, new = collab.ccpo(v.r_joint, v.r_solo, v.group, state, alpha=alpha, eta=eta, lam=lam,
                          min_samples=min_samples, scale=scale, warmup=warmup)
     return _out(v, credit, state_diagnostics(new))
 
 
-@register("ccpo_bonus", {"gamma": GAMMA_UNUSED, **C.PARAMS["ccpo_bonus"]},
+@register("ccpo_bonus", {"gamma": GAMMA_UNUSED, **collab.PARAMS["ccpo_bonus"]},
           "CCPO authors' newer code (event bonus when joint and solo disagree; not in arXiv 2603.21563)")
 def ccpo_bonus_records(batch: Batch, gamma: float, weight: float, threshold: float, scale: str) -> Out:
     del gamma
     v = collab_view(batch, "ccpo_bonus", need_solo=True)
     _two_roles(v, "ccpo_bonus")
-    return _out(v, C.ccpo_bonus(v.r_joint, v.r_solo, v.group, weight=weight, threshold=threshold, scale=scale))
+    return _out(v, collab.ccpo_bonus(v.r_joint, v.r_solo, v.group, weight=weight, threshold=threshold, scale=scale))
 
 
-def _rating(v: Any) -> C.Rating:
+def _rating(v: Any) -> collab.Rating:
     t, s, valid = v
-    return C.Rating(float(t), float(s), bool(valid), "json" if valid else "fallback")
+    return collab.Rating(float(t), float(s), bool(valid), "json" if valid else "fallback")
 
 
-@register("sepo", {"gamma": GAMMA_UNUSED, **C.PARAMS["sepo"]},
+@register("sepo", {"gamma": GAMMA_UNUSED, **collab.PARAMS["sepo"]},
           "SEPO arXiv 2603.21563 Sec. 3.3, App. C.3 (verifier-anchored self/peer ratings)")
 def sepo_records(batch: Batch, gamma: float, eta: float, lam_credit: float, lam_blame: float, center: bool,
                  scale: str) -> Out:
     del gamma
     v = collab_view(batch, "sepo", need_solo=False)
     _two_roles(v, "sepo")
-    missing = [i for i, r in enumerate(v.ratings) if not {C.THINKER, C.SOLVER} <= set(r)]
+    missing = [i for i, r in enumerate(v.ratings) if not {collab.THINKER, collab.SOLVER} <= set(r)]
     if missing:
         raise ValueError("credit 'sepo' needs both roles' ratings (info.ratings.thinker/solver) on the last "
                          "role's joint record; train with credit sepo so the trainer asks for them")
-    t = [_rating(r[C.THINKER]) for r in v.ratings]
-    s = [_rating(r[C.SOLVER]) for r in v.ratings]
-    credit = C.sepo(v.r_joint, v.group, t, s, eta=eta, lam_credit=lam_credit, lam_blame=lam_blame,
+    t = [_rating(r[collab.THINKER]) for r in v.ratings]
+    s = [_rating(r[collab.SOLVER]) for r in v.ratings]
+    credit = collab.sepo(v.r_joint, v.group, t, s, eta=eta, lam_credit=lam_credit, lam_blame=lam_blame,
                     center=center, scale=scale)
     return _out(v, credit)
 
 
 # ============================================================================ CCPO state
-def state_diagnostics(state: C.CcpoState) -> dict[str, float]:
+def state_diagnostics(state: collab.CcpoState) -> dict[str, float]:
     """``ccpo_state/<stream>/<field>`` floats of a CcpoState (counts are exact below 2**53)."""
     return {f"{STATE_PREFIX}{k}/{f}": float(x) for k, d in state.state_dict().items() for f, x in d.items()}
 
 
-def state_from_diagnostics(diag: dict[str, float]) -> C.CcpoState | None:
+def state_from_diagnostics(diag: dict[str, float]) -> collab.CcpoState | None:
     """The CcpoState a ``ccpo`` call reported in its diagnostics (None if it reported none)."""
     d: dict[str, dict[str, float]] = {}
     for key, x in diag.items():
         if key.startswith(STATE_PREFIX):
             stream, f = key[len(STATE_PREFIX):].split("/")
             d.setdefault(stream, {})[f] = x
-    return C.CcpoState.from_state_dict(d) if d else None
+    return collab.CcpoState.from_state_dict(d) if d else None

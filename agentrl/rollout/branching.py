@@ -21,7 +21,7 @@ to and including t, and plays on through the whole tool loop. A branch is an ord
 
 The branch's records start at ``t = k`` and carry the rewards it collects from step k on. Its
 return also counts the parent's rewards of steps 0..k-1 (step shaping pays those): the APPO
-trainer writes them into the records' info (``agentrl.trainer.appo.inherit_prefix_rewards``).
+algorithm writes them into the records' info (``agentrl.algorithms.appo.inherit_prefix_rewards``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from agentrl.trainer.agent_trainer import (
     AgentGRPOTrainer,
-    RolloutHooks,
     build_task_dataset,
     compute_credit,
     credit_kwargs,
@@ -10,5 +9,5 @@ from agentrl.trainer.agent_trainer import (
 )
 from agentrl.trainer.collab_trainer import CollabTrainer
 
-__all__ = ["AgentGRPOTrainer", "CollabTrainer", "RolloutHooks", "build_task_dataset", "compute_credit", "credit_kwargs",
+__all__ = ["AgentGRPOTrainer", "CollabTrainer", "build_task_dataset", "compute_credit", "credit_kwargs",
            "credit_requirements"]

@@ -9,21 +9,26 @@ each (the data flow is drawn in ``docs/design.md``):
                         ``s{global_step}:t{task_id}``; groups may straddle ranks)
 ``_roll_out``           ``run_episodes`` with one batched ``_generate_single_turn`` call per turn
                         (TRL's own path: HF generate / vLLM / ZeRO-3 gather), ranks in lock-step;
-                        the ``RolloutHooks`` before and after
-``_shape_rewards``      ``valid_action_reward`` on accepted actions
-``_gather_and_credit``  step records of all ranks -> the credit module -> this rank's slice
-``_episode_rows``       each episode's context turns it into training rows
+                        then the algorithm's ``extra_episodes`` (APPO's branches)
+``_shape_rewards``      ``valid_action_reward`` on accepted actions, then the algorithm's
+``_gather_and_credit``  step records of all ranks -> the algorithm's ``advantages`` -> this rank's slice
+``_episode_rows``       each episode's context turns it into training rows (per-token advantages
+                        where the algorithm gives them)
 ``_balance_rows``       the same row count R on every rank (``agentrl.trainer.rows``)
 ``_rows_to_batch``      TRL's padded tensors; the rows go into TRL's unchanged loss
 ``_log_metrics``        ``env/*`` (``_episode_metrics``), ``time/*``, ``rows/*``, ``credit/*``
 ``_write_rollouts``     ``save_rollouts``: the global records with their advantages (JSONL)
+
+What differs between algorithms (GRPO-style default, APPO, ...) is an ``agentrl.algorithms``
+plug-in whose hooks these steps call; TRL's loss is reweighted per micro-batch only through the
+algorithm's ``loss_transform`` (``_compute_loss`` below). There is no other trainer subclass.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,7 @@ from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import pad
 
+from agentrl.algorithms import Advantages, Algorithm, for_config
 from agentrl.config import AgentRLConfig
 from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord, write_jsonl
@@ -45,7 +51,9 @@ from agentrl.rollout.settings import RolloutSettings
 from agentrl.trainer.rows import (
     RowCounts,
     balance_rows,
+    episode_rows,
     length_grouped_micro_batches,
+    per_episode,
     real_token_share,
     row_target,
 )
@@ -94,38 +102,12 @@ class Credited:
     """Number of this rank's records."""
     seconds: float
     """Time spent gathering and computing credit."""
+    per_token: dict[str, np.ndarray] = field(default_factory=dict)
+    """traj_id -> token advantages replacing that episode's per-record ones (the algorithm's)."""
 
     def local(self) -> np.ndarray:
         """This rank's advantages, aligned with its episodes' steps."""
         return self.advantages[self.offset: self.offset + self.n_local]
-
-
-# ----------------------------------------------------------------------------------- hooks
-class RolloutHooks:
-    """Extension points for estimators that change the rollout (APPO, CCPO/SEPO).
-
-    The trainer calls ``before_rollout`` with this rank's tasks and ``after_rollout`` with this
-    rank's episodes; what ``after_rollout`` returns is the batch, so to add episodes return
-    ``episodes + extra`` (they get credit and rows like the others; give extra episodes traj_ids
-    of their own, as ``trainer.rollout`` numbers from the tasks it is given). Inside hooks, use
-    the trainer's collective-safe helpers:
-
-    * ``trainer.rollout(tasks, **overrides)``: more episodes; ``overrides`` are
-      ``RolloutSettings`` fields (e.g. CCPO counterfactual *solo* rollouts with other
-      ``env_kwargs``; APPO branches with ``context_mode="branch"``, a registered context whose
-      ``rows`` are empty: see ``agentrl.rollout.contexts``);
-    * ``trainer.generate_branches(prompt_ids, prefix_ids, k)``: APPO branching, K
-      continuations of ``prompt + completion[:i]`` through ``_generate_single_turn``.
-
-    Both are collectives (generation is, under ZeRO-3 / vLLM server): every rank must call them
-    the same number of times with the same list lengths, e.g. by deciding from gathered data.
-    """
-
-    def before_rollout(self, trainer: AgentGRPOTrainer, tasks: list[dict]) -> list[dict]:
-        return tasks
-
-    def after_rollout(self, trainer: AgentGRPOTrainer, episodes: list[Episode]) -> list[Episode]:
-        return episodes
 
 
 def env_reward(prompts=None, completions=None, **kwargs):
@@ -174,11 +156,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         processing_class: tokenizer (default: loaded from the model folder).
         peft_config: a peft.LoraConfig to train an adapter.
         callbacks: Trainer callbacks.
-        hooks: RolloutHooks for rollout-changing estimators.
+        algorithm: the ``agentrl.algorithms`` plug-in (default: the one the recipe selects,
+            ``agentrl.algorithms.for_config``).
     """
 
     def __init__(self, model, args: AgentRLConfig, train_dataset=None, processing_class=None,
-                 peft_config=None, callbacks=None, hooks: RolloutHooks | None = None):
+                 peft_config=None, callbacks=None, algorithm: Algorithm | None = None):
+        algorithm = algorithm or for_config(args)
+        algorithm.check(args)  # a trainer built without load_recipe gets the same one-line refusals
         credit_kw = credit_kwargs(args)
         credit_needs = credit_requirements(args.credit, credit_kw)
         if "fingerprint" in credit_needs:  # fail before the model loads, not at the first rollout
@@ -187,7 +172,10 @@ class AgentGRPOTrainer(GRPOTrainer):
             train_dataset = build_task_dataset(args)
         super().__init__(model=model, reward_funcs=[env_reward], args=args, train_dataset=train_dataset,
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)
-        self.hooks = hooks or RolloutHooks()
+        self.algorithm = algorithm
+        self.algorithm_state = self.algorithm.initial_state()
+        """What the algorithm's ``advantages`` hook returned last (e.g. running statistics)."""
+        self._loss_inputs: dict[str, Any] | None = None
         self.credit_kw = credit_kw
         self.credit_needs = credit_needs
         self.need_fingerprint = "fingerprint" in self.credit_needs
@@ -202,6 +190,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._timing = RolloutTiming()
         self.last_rollout: dict[str, Any] | None = None
         """The latest iteration's global records, advantages and this rank's rows (for tests/tools)."""
+        self.algorithm.bind(self)
 
     # ------------------------------------------------------------------ generation (one turn)
     def _unwrapped(self):
@@ -295,22 +284,15 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._workers.resize(n)
         return self._workers
 
-    def generate_branches(self, prompt_ids: list[int], prefix_ids: list[int], k: int) -> list[list[int]]:
-        """APPO hook: K sampled continuations of ``prompt_ids + prefix_ids`` (a token position
-        inside an action), through TRL's per-turn generation. Returns the continuations only."""
-        out = self._turn_generate([list(prompt_ids) + list(prefix_ids)] * k)
-        return out.completion_ids if isinstance(out, GenerateOutput) else out
-
     # ------------------------------------------------------------------ the iteration
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """One iteration's training batch from TRL's task rows (module docstring: the steps)."""
         t_start = time.perf_counter()
         mode = "train" if self.model.training else "eval"
-        tasks = self.hooks.before_rollout(self, self._build_tasks(inputs))
-        episodes, rollout_s = self._roll_out(tasks)
+        episodes, rollout_s = self._roll_out(self._build_tasks(inputs))
         self._shape_rewards(episodes)
         credited = self._gather_and_credit(episodes)
-        rows, counts = self._balance_rows(self._episode_rows(episodes, credited.local()), mode)
+        rows, counts = self._balance_rows(self._episode_rows(episodes, credited), mode)
         out = self._rows_to_batch(rows, mode)
         self._log_metrics(mode, episodes, credited, counts, rollout_s)
         self._write_rollouts(credited)
@@ -328,26 +310,35 @@ class AgentGRPOTrainer(GRPOTrainer):
                 for k, x in enumerate(inputs)]
 
     def _roll_out(self, tasks: list[dict[str, Any]]) -> tuple[list[Episode], float]:
-        """This rank's episodes (the hooks' extra ones included) and the seconds they took."""
+        """This rank's episodes (the algorithm's extra ones included) and the seconds they took."""
         self._fp_time = self._gen_time = 0.0
         self._gen_tokens = 0
         self._timing = RolloutTiming()
         t0 = time.perf_counter()
-        episodes = self.hooks.after_rollout(self, self.rollout(tasks))
+        episodes = self.rollout(tasks)
+        episodes = episodes + self.algorithm.extra_episodes(self, episodes)
         return episodes, time.perf_counter() - t0
 
     def _shape_rewards(self, episodes: list[Episode]) -> None:
         """Add ``valid_action_reward`` to accepted actions (spread inside groups that all fail);
-        the env's own reward is kept as ``info.env_reward``."""
+        the env's own reward is kept as ``info.env_reward``. Then the algorithm's own shaping of
+        this rank's episodes (APPO: each branch inherits its parent's prefix rewards)."""
         bonus = self.args.valid_action_reward
         for ep in episodes:
             for r in ep.steps:
                 r.info["env_reward"] = r.reward
                 if bonus and r.valid:
                     r.reward = r.reward + bonus
+        self.algorithm.shape_rewards(episodes)
+
+    def compute_credit(self, records: list[StepRecord], **extra) -> tuple[np.ndarray, dict[str, float]]:
+        """The recipe's credit module on ``records`` (``extra``: kwargs beyond the recipe's, e.g. an
+        algorithm's state): one advantage each, and its diagnostics."""
+        return compute_credit(self.args.credit, records, {**self.credit_kw, **extra})
 
     def _gather_and_credit(self, episodes: list[Episode]) -> Credited:
-        """Step records of all ranks, the credit module on the global batch, this rank's slice."""
+        """Step records of all ranks, the algorithm's advantages on the global batch, this rank's
+        slice. The algorithm's state moves on in training only (evaluation must not advance it)."""
         t0 = time.perf_counter()
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
         local = [r for ep in episodes for r in ep.steps]
@@ -360,20 +351,22 @@ class AgentGRPOTrainer(GRPOTrainer):
             records = [StepRecord.from_dict(d) for g in gathered for d in g]
         else:  # no round trip through dicts: asdict's deep copy was ~1 ms a record
             offset, records = 0, list(local)
-        adv, diag = compute_credit(self.args.credit, records, self.credit_kw)
-        return Credited(records=records, advantages=adv, diagnostics=diag, offset=offset, n_local=len(local),
-                        seconds=time.perf_counter() - t0)
+        if not records:
+            adv = Advantages(np.zeros(0))
+        else:
+            adv, state = self.algorithm.advantages(self, episodes, records, self.algorithm_state)
+            if self.model.training:
+                self.algorithm_state = state
+        if adv.per_record.shape[0] != len(records):
+            raise ValueError(f"algorithm {self.algorithm.name!r} gave {adv.per_record.shape[0]} advantages "
+                             f"for {len(records)} records")
+        return Credited(records=records, advantages=adv.per_record, diagnostics=adv.diagnostics, offset=offset,
+                        n_local=len(local), seconds=time.perf_counter() - t0, per_token=adv.per_token)
 
-    def _episode_rows(self, episodes: list[Episode], adv_local: np.ndarray) -> list[Row]:
+    def _episode_rows(self, episodes: list[Episode], credited: Credited) -> list[Row]:
         """Training rows of this rank's episodes, each from the context that played it."""
-        rows: list[Row] = []
-        i = 0
-        for ep in episodes:
-            n = len(ep.steps)
-            if n:
-                rows += ep.context.rows(ep, adv_local[i: i + n])
-            i += n
-        return rows
+        return [row for ep, adv in per_episode(episodes, credited.local())
+                for row in episode_rows(ep, adv, credited.per_token)]
 
     def _balance_rows(self, rows: list[Row], mode: str) -> tuple[list[Row], RowCounts]:
         """The same number of rows on every rank (``agentrl.trainer.rows``)."""
@@ -395,7 +388,7 @@ class AgentGRPOTrainer(GRPOTrainer):
     def _episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """``env/*`` metrics over all ranks' episodes (every rank computes the same numbers from
         gathered per-episode summaries)."""
-        summ = [episode_summary(ep) for ep in episodes]
+        summ = [episode_summary(ep) for ep in self.algorithm.metric_episodes(episodes)]
         world = self.accelerator.num_processes
         all_summ = [s for g in (gather_object([summ]) if world > 1 else [summ]) for s in g]
         if not all_summ:
@@ -424,6 +417,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         if len(credited.advantages):
             values["credit/adv_mean"] = float(np.mean(credited.advantages))
             values["credit/adv_abs_mean"] = float(np.mean(np.abs(credited.advantages)))
+        values.update(self.algorithm.metrics(self))
         for k, v in values.items():
             m[k].append(v)
 
@@ -494,6 +488,60 @@ class AgentGRPOTrainer(GRPOTrainer):
         model = self.accelerator.unwrap_model(self.model)
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
             return self._get_per_token_logps_and_entropies(self.model, ids, att, keep, batch_size=bs)[0]
+
+    def completion_logps(self, prompts: list[list[int]], completions: list[list[int]], entropy: bool = False,
+                         reference: bool = False) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """No-grad (log-probs, entropies, reference log-probs) of the completion tokens, (N, T)
+        float32 numpy, T the longest completion (padding positions hold garbage): TRL's own
+        ``_get_per_token_logps_and_entropies`` on the policy (and ``_ref_per_token_logps``)."""
+        pid = self._tokenizer.pad_token_id
+        p = [torch.tensor(x, dtype=torch.long) for x in prompts]
+        c = [torch.tensor(x, dtype=torch.long) for x in completions]
+        ids = torch.cat([pad(p, padding_value=pid, padding_side="left"),
+                         pad(c, padding_value=pid, padding_side="right")], dim=1).to(self.accelerator.device)
+        att = torch.cat([pad([torch.ones_like(x) for x in p], padding_value=0, padding_side="left"),
+                         pad([torch.ones_like(x) for x in c], padding_value=0, padding_side="right")],
+                        dim=1).to(self.accelerator.device)
+        keep = max(len(x) for x in completions)
+        bs = self.args.per_device_train_batch_size
+        with torch.no_grad():
+            logp, ent, _ = self._get_per_token_logps_and_entropies(self.model, ids, att, keep, batch_size=bs,
+                                                                   compute_entropy=entropy)
+            ref = self._ref_per_token_logps(ids, att, keep, bs) if reference else None
+
+        def np32(t):
+            return None if t is None else t.float().cpu().numpy()
+
+        return np32(logp), np32(ent), np32(ref)
+
+    # ------------------------------------------------------------------ the loss
+    def _compute_loss(self, model, inputs):
+        """TRL's loss; with an algorithm that reweights advantages per micro-batch (APPO's Eq. 7)
+        TRL gets a shallow copy of the micro-batch (the buffered one keeps its plain advantages:
+        TRL reuses it for ``num_iterations`` > 1) whose ``advantages`` the algorithm replaces from
+        the loss's own forward, see ``_get_per_token_logps_and_entropies``."""
+        if not self.algorithm.transforms_loss:
+            return super()._compute_loss(model, inputs)
+        self._loss_inputs = dict(inputs)
+        try:
+            return super()._compute_loss(model, self._loss_inputs)
+        finally:
+            self._loss_inputs = None
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        """TRL's forward. Inside ``_compute_loss`` its first call is the loss's own forward, and TRL
+        reads ``inputs["advantages"]`` only after it (pinned by tests/trainer/test_trl_contract.py):
+        the algorithm's ``loss_transform`` rewrites them there from the detached log-probs, so
+        Eq. 7 costs no second forward and TRL's loss is not copied."""
+        out = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                         *args, **kwargs)
+        inputs, self._loss_inputs = self._loss_inputs, None  # the loss's forward only, not later ones
+        if inputs is not None:
+            inputs["advantages"], metrics = self.algorithm.loss_transform(self, out[0].detach(), inputs)
+            mode = "train" if self.model.training else "eval"
+            for k, v in metrics.items():
+                self._metrics[mode][k].append(v)
+        return out
 
     # ------------------------------------------------------------------ micro-batches
     def groups_rows_by_length(self) -> bool:

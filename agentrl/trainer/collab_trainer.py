@@ -15,7 +15,8 @@ TRL's ``num_generations`` copies of a task are the prompt group):
    collaboration (Sec. 3.3); the parsed (Thinker share, Solver share) pairs go on the Solver's
    record. Ratings are not trained.
 4. **Credit**: the registered collaboration module (``agentrl.credit.collab_records``) gives
-   each role turn its advantage; CCPO's EMA statistics (``ccpo_state``) carry over iterations.
+   each role turn its advantage; CCPO's EMA statistics carry over iterations as the collab
+   algorithm's state (``trainer.algorithm_state``, ``agentrl.algorithms.collab``).
 5. **Update**: only the trained roles' turns become rows (``RoleSchedule``): in ``blocks`` one
    role trains for ``role_block_steps`` optimizer steps, in role order (Thinker first), while
    the other policies' weights and optimizer states stay parked, exact (``PolicySlots``). In
@@ -48,8 +49,15 @@ from agentrl.collab import Collaboration, Role, clean_output, counterfactual, to
 from agentrl.collab.context import RoleTokens
 from agentrl.collab.recipe import SOLO_CREDITS, check_config
 from agentrl.collab.spec import CollabError
-from agentrl.credit.collab import RATING_TEMPLATE, SOLVER, THINKER, CcpoState, parse_rating, rating_prompt
-from agentrl.credit.collab_records import state_from_diagnostics
+from agentrl.credit.collab import (
+    RATING_TEMPLATE,
+    SOLVER,
+    THINKER,
+    VERIFIER_RANGE,
+    CcpoState,
+    parse_rating,
+    rating_prompt,
+)
 from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord
 from agentrl.rollout.contexts import Row
@@ -60,7 +68,7 @@ from agentrl.trainer.policies import PolicySlots
 from agentrl.trainer.policies_zero3 import Zero3PolicySlots
 from agentrl.trainer.role_models import RoleModel, load_role_model, load_role_models, save_role_models
 from agentrl.trainer.role_steps import RoleSteps, take_rows
-from agentrl.trainer.rows import RowCounts, real_token_share
+from agentrl.trainer.rows import RowCounts, episode_rows, per_episode, real_token_share
 
 COLLAB_STATE = "collab_state.pt"
 ZERO3_POLICIES = "collab_policies_rank{rank}.pt"
@@ -124,12 +132,11 @@ class CollabTrainer(AgentGRPOTrainer):
                                      args.gradient_accumulation_steps)
                            if args.role_schedule == "both" and self.policies.separate else None)
         """Role-ordered optimizer steps (``both`` with separate policies), else None."""
-        self.ccpo_state = CcpoState()
-        """CCPO's running statistics (App. C.2), updated once per training iteration."""
         self.need_solo = args.credit in SOLO_CREDITS
         self.need_ratings = args.credit == "sepo"
         self.rating_template = args.collab_rating_template or RATING_TEMPLATE
-        self.wrong = -1.0 if (args.env_kwargs or {}).get("scale", "01") == "pm1" else 0.0
+        self.wrong_answer_reward = VERIFIER_RANGE[(args.env_kwargs or {}).get("scale", "01")][0]
+        """The verifier's reward for a wrong answer: what a final turn that could not be played gets."""
         self.collab_times: dict[str, float] = {}
 
     # ------------------------------------------------------------------ rollouts
@@ -153,7 +160,6 @@ class CollabTrainer(AgentGRPOTrainer):
         if self.need_ratings:
             with self._timed("rating"):
                 self.rate(joint)
-        episodes = self.hooks.after_rollout(self, episodes)
         return episodes, time.perf_counter() - t0
 
     @contextlib.contextmanager
@@ -212,7 +218,7 @@ class CollabTrainer(AgentGRPOTrainer):
         return out.completion_ids if isinstance(out, GenerateOutput) else out
 
     def _empty_turn(self, ep: Episode, role: Role, final: bool) -> None:
-        reward = self.wrong if final else 0.0
+        reward = self.wrong_answer_reward if final else 0.0
         ep.steps.append(StepRecord(group_id=ep.group_id, traj_id=ep.traj_id, t=0, obs="", action="",
                                    reward=reward, done=True, valid=False, truncated=True,
                                    info={"response": "", "error": ep.error or "prompt over max_prompt_tokens"}))
@@ -239,18 +245,14 @@ class CollabTrainer(AgentGRPOTrainer):
     def _role_ordered(self, mode: str) -> bool:
         return self.role_steps is not None and mode == "train"
 
-    def _episode_rows(self, episodes: list[Episode], adv_local: np.ndarray) -> list[Row]:
+    def _episode_rows(self, episodes: list[Episode], credited: Credited) -> list[Row]:
         """Role-ordered steps: the rows role after role, also kept per role for ``_balance_rows``."""
         if not self._role_ordered("train" if self.model.training else "eval"):
-            return super()._episode_rows(episodes, adv_local)
+            return super()._episode_rows(episodes, credited)
         names = self.collab.role_names
         by_role: dict[str, list[Row]] = {n: [] for n in names}
-        i = 0
-        for ep in episodes:
-            n = len(ep.steps)
-            if n:
-                by_role[ep.tokens.role.name] += ep.context.rows(ep, adv_local[i: i + n])
-            i += n
+        for ep, adv in per_episode(episodes, credited.local()):
+            by_role[ep.tokens.role.name] += episode_rows(ep, adv, credited.per_token)
         self._rows_by_role = [by_role[n] for n in names]
         return [r for rows in self._rows_by_role for r in rows]
 
@@ -326,16 +328,7 @@ class CollabTrainer(AgentGRPOTrainer):
             self._metrics["train"]["collab/trained_role"].append(float(k))
         return super().training_step(model, inputs, num_items_in_batch)
 
-    # ------------------------------------------------------------------ credit and metrics
-    def _gather_and_credit(self, episodes: list[Episode]) -> Credited:
-        if self.args.credit == "ccpo":
-            self.credit_kw["state"] = self.ccpo_state
-        credited = super()._gather_and_credit(episodes)
-        new = state_from_diagnostics(credited.diagnostics)
-        if new is not None and self.model.training:
-            self.ccpo_state = new
-        return credited
-
+    # ------------------------------------------------------------------ metrics
     def _episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """``env/*`` of the collaborations' answers (the last role's joint turns) only."""
         final = self.collab.final.name
@@ -362,7 +355,7 @@ class CollabTrainer(AgentGRPOTrainer):
     def collab_state_dict(self) -> dict[str, Any]:
         policies = ({"per_rank": self.accelerator.num_processes} if self._zero3_policies()
                     else self.policies.state_dict())
-        return {"policies": policies, "ccpo": self.ccpo_state.state_dict(),
+        return {"policies": policies, "ccpo": self.algorithm_state.state_dict(),
                 "schedule": asdict(self.schedule), "global_step": int(self.state.global_step)}
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
@@ -395,7 +388,7 @@ class CollabTrainer(AgentGRPOTrainer):
             self.policies.load_state_dict(torch.load(part, map_location="cpu", weights_only=True))
         else:
             self.policies.load_state_dict(d["policies"])
-        self.ccpo_state = CcpoState.from_state_dict(d["ccpo"])
+        self.algorithm_state = CcpoState.from_state_dict(d["ccpo"])
         try:
             load_role_models(self.role_models, checkpoint)
         except (FileNotFoundError, ValueError) as e:

@@ -124,7 +124,7 @@ def load_role_model(role: str, path: str, trainer) -> RoleModel:
     if args.use_peft:
         from peft import get_peft_model
 
-        from agentrl.train import build_peft_config
+        from agentrl.models.lora import build_peft_config
 
         model = get_peft_model(model, build_peft_config(args))
     # TRL's loss asks the model for log-probs through the fused LM head it patches into the

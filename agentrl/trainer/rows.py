@@ -6,19 +6,43 @@ local row count, capped by ``max_rows_per_rank``, rounded up to a multiple of
 filler rows (one pad token, loss mask 0: no gradient, not counted in the DAPO normaliser
 ``num_items_in_batch``); ranks over the cap keep R rows drawn uniformly (seeded by the caller).
 
-Then the update: ``length_grouped_micro_batches`` cuts the R rows into TRL's micro-batches by
+Before that, ``per_episode`` / ``episode_rows`` turn episodes and their records' advantages into
+rows (one offset loop for every caller). Then the update: ``length_grouped_micro_batches`` cuts the R rows into TRL's micro-batches by
 length and trims each one's padding, so the update computes few padding positions.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from agentrl.rollout.contexts import Row
+from agentrl.rollout.episodes import Episode
+
+
+def per_episode(episodes: list[Episode], values: Sequence) -> Iterator[tuple[Episode, Sequence]]:
+    """(episode, its slice of ``values``) for each episode with steps. ``values`` holds one entry
+    per step record, episode after episode: the order the trainer gathers records in."""
+    i = 0
+    for ep in episodes:
+        n = len(ep.steps)
+        if n:
+            yield ep, values[i: i + n]
+        i += n
+
+
+def episode_rows(ep: Episode, adv: Sequence, per_token: dict[str, np.ndarray] | None = None) -> list[Row]:
+    """The episode's rows from the context that played it; ``per_token[traj_id]`` (an algorithm's
+    token-level advantages, e.g. APPO's Eq. 6) replaces the per-record ones where given."""
+    rows = ep.context.rows(ep, adv)
+    tok = (per_token or {}).get(ep.traj_id)
+    if tok is None:
+        return rows
+    return [replace(r, adv=[float(x) for x in tok]) for r in rows]
 
 
 @dataclass

@@ -104,7 +104,7 @@ def test_both_resume_between_rollouts_is_exact(tmp_path, collab_model_dir, polic
     ckpt = tmp_path / "out" / "checkpoint-2"  # after the first rollout's Solver step
     res = build(make_cfg(tmp_path, collab_model_dir, overwrite_output_dir=False, **kw))
     res.train(resume_from_checkpoint=str(ckpt))
-    assert res.ccpo_state == ref.ccpo_state and res.ccpo_state.delta.updates == 2
+    assert res.algorithm_state == ref.algorithm_state and res.algorithm_state.delta.updates == 2
     assert [h["collab/trained_role"] for h in res.state.log_history if "loss" in h][-2:] == [0, 1]
     for name in ("thinker", "solver"):
         with ref.policies.use(name), res.policies.use(name):

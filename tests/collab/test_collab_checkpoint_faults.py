@@ -36,7 +36,7 @@ def reference(tmp_path_factory, collab_model_dir):
     for name in ("thinker", "solver"):
         with ref.policies.use(name):
             weights[name] = {n: p.detach().clone() for n, p in ref.policies.params}
-    return ref.ccpo_state.state_dict(), ref.policies.loaded, weights
+    return ref.algorithm_state.state_dict(), ref.policies.loaded, weights
 
 
 def _run(tmp_path, collab_model_dir, reference, points):

@@ -85,7 +85,7 @@ def test_sigkill_after_role_switch_resumes_exactly(tmp_path, collab_model_dir):
     assert dict(final["schedule"], roles=list(final["schedule"]["roles"])) == {
         "roles": ["thinker", "solver"], "kind": "blocks", "block_steps": 2}
     # CCPO's EMA statistics: one update per iteration, equal to the uninterrupted run's
-    assert final["ccpo"] == ref.ccpo_state.state_dict() and ref.ccpo_state.delta.updates == STEPS
+    assert final["ccpo"] == ref.algorithm_state.state_dict() and ref.algorithm_state.delta.updates == STEPS
     # both policies' final weights (save_model writes policies/<name>/)
     init = load_file(str(Path(collab_model_dir) / "model.safetensors"))
     for name in ("thinker", "solver"):

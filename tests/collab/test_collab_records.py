@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agentrl import credit
-from agentrl.credit import collab as C
+from agentrl.credit import collab
 from agentrl.credit.collab_records import state_from_diagnostics
 
 R = 1 / math.sqrt(2)  # two values a > b in a group: A = +-(a-b)/2 / ((a-b)/sqrt(2) + eps) ~ +-1/sqrt(2)
@@ -54,7 +54,7 @@ def test_ccpo_records_by_hand_and_state_through_diagnostics():
     assert (st.delta.mean, st.delta.var, st.delta.count, st.delta.updates) == (0.5, 0.25, 4, 1)
     # a second batch with the state passed back equals the pure function with that state
     res2 = credit.compute("ccpo", recs, state=st.state_dict(), min_samples=4)
-    pure, new = C.ccpo(RJ, RS, [0, 0, 1, 1], st, min_samples=4)
+    pure, new = collab.ccpo(RJ, RS, [0, 0, 1, 1], st, min_samples=4)
     adv2 = res2.step_advantages.reshape(4, 3)
     assert np.allclose(adv2[:, 0], pure.advantages["thinker"]) and np.allclose(adv2[:, 1], pure.advantages["solver"])
     assert state_from_diagnostics(res2.diagnostics) == new
@@ -98,7 +98,7 @@ def test_sepo_reads_ratings_from_the_solver_record():
     w1 = np.array([0.66, 0.36]) / 0.92
     bonus = w1 - w1.mean()
     r1 = np.array([1 + 0.2 * bonus[0], -1 - 0.2 * bonus[1]])
-    pure = C.sepo([1, -1], [0, 0], [C.Rating(.8, .2, True, "json"), C.Rating(.5, .5, False, "fallback")],
+    pure = collab.sepo([1, -1], [0, 0], [collab.Rating(.8, .2, True, "json"), collab.Rating(.5, .5, False, "fallback")],
                   [(0.6, 0.4), (0.3, 0.7)])
     assert pure.rewards["thinker"] == pytest.approx(r1, rel=1e-5)
     adv = res.step_advantages.reshape(2, 2)

@@ -175,7 +175,7 @@ def test_resume_continues_schedule_and_ccpo_state(tmp_path, collab_model_dir, po
                     overwrite_output_dir=False, **lora)
     res = build(cfg2)
     res.train(resume_from_checkpoint=str(ckpt))
-    assert res.ccpo_state == ref.ccpo_state and res.ccpo_state.delta.updates == 4
+    assert res.algorithm_state == ref.algorithm_state and res.algorithm_state.delta.updates == 4
     assert [h["collab/trained_role"] for h in res.state.log_history if "loss" in h][-1] == 1
     for name in ("thinker", "solver"):
         with ref.policies.use(name), res.policies.use(name):

@@ -1,4 +1,6 @@
-"""Exact values of APPO's formulas (agentrl/credit/appo.py), worked out by hand in the comments.
+"""Exact values of APPO's formulas, worked out by hand in the comments: branch-point selection
+(Eqs. 3-5, agentrl/algorithms/appo_branch_points.py) and advantages and loss weight (Eqs. 6-7,
+agentrl/credit/appo.py).
 
 Conventions: population std + 1e-6 in every z-score and group normalisation; token arrays are
 (N, T) with a mask of the model's own tokens.
@@ -11,6 +13,7 @@ import math
 import numpy as np
 import pytest
 
+from agentrl.algorithms import appo_branch_points as branching
 from agentrl.credit import appo
 
 D = 1e-6
@@ -22,25 +25,25 @@ def test_entropy_from_logits():
     # [0, 0]: uniform over 2 -> ln 2 = 0.693147
     # [0, ln 3]: p = (1/4, 3/4): 0.25 ln 4 + 0.75 ln(4/3) = 0.346574 + 0.215762 = 0.562335
     # tau = 2 halves the logits: [0, 2 ln 3] / 2 = [0, ln 3] -> 0.562335 again
-    h = appo.entropy_from_logits([[0.0, 0.0], [0.0, math.log(3)]])
+    h = branching.entropy_from_logits([[0.0, 0.0], [0.0, math.log(3)]])
     assert h.tolist() == [approx(0.693147), approx(0.562335)]
-    assert appo.entropy_from_logits([0.0, 2 * math.log(3)], temperature=2.0) == approx(0.562335)
+    assert branching.entropy_from_logits([0.0, 2 * math.log(3)], temperature=2.0) == approx(0.562335)
     with pytest.raises(ValueError, match="temperature"):
-        appo.entropy_from_logits([0.0], temperature=0.0)
+        branching.entropy_from_logits([0.0], temperature=0.0)
 
 
 def test_entropy_from_topk():
     # p = (1/2, 1/4) not renormalised: 0.5 ln 2 + 0.25 ln 4 = 0.346574 + 0.346574 = 0.693147
     # renormalised to (2/3, 1/3): 2/3 ln 1.5 + 1/3 ln 3 = 0.270310 + 0.366204 = 0.636514
     lp = [math.log(0.5), math.log(0.25)]
-    assert appo.entropy_from_topk(lp) == approx(0.693147)
-    assert appo.entropy_from_topk(lp, renormalize=True) == approx(0.636514)
+    assert branching.entropy_from_topk(lp) == approx(0.693147)
+    assert branching.entropy_from_topk(lp, renormalize=True) == approx(0.636514)
     # a -inf log-prob (p = 0) adds nothing: (1, 0) -> 0
-    assert appo.entropy_from_topk([0.0, -math.inf]) == 0.0
+    assert branching.entropy_from_topk([0.0, -math.inf]) == 0.0
 
 
 def test_eligible_tokens_skip_whitespace_and_env_tokens():
-    m = appo.eligible_tokens([[1, 1, 1, 0]], [["a", " ", "\n", "b"]])
+    m = branching.eligible_tokens([[1, 1, 1, 0]], [["a", " ", "\n", "b"]])
     assert m.tolist() == [[True, False, False, False]]
 
 
@@ -56,20 +59,20 @@ def test_future_value_masks_tool_tokens():
     # token 2 is a tool result: its log-ratio 0.3 is dropped, but it still counts as a position.
     # kept [0.1, 0.2, 0, 0.4], gamma 0.5: t3 = 0.4; t2 = 0 + 0.2 = 0.2; t1 = 0.2 + 0.1 = 0.3;
     # t0 = 0.1 + 0.5*0.3 = 0.25. Omega = exp(.); the masked position is exactly 1.
-    om = appo.future_value([0.1, 0.2, 0.3, 0.4], [1, 1, 0, 1], gamma=0.5)
+    om = branching.future_value([0.1, 0.2, 0.3, 0.4], [1, 1, 0, 1], gamma=0.5)
     assert om.tolist() == [[approx(math.exp(0.25)), approx(math.exp(0.3)), 1.0, approx(math.exp(0.4))]]
 
 
 def test_future_value_clamps():
     # one log-ratio 30 -> clamped to 20; two of 15 (gamma 1): t0 sum 30 -> exponent clamped to 20
-    assert appo.future_value([30.0], [1]).tolist() == [[approx(math.exp(20))]]
-    assert appo.future_value([15.0, 15.0], [1, 1]).tolist() == [[approx(math.exp(20)), approx(math.exp(15))]]
+    assert branching.future_value([30.0], [1]).tolist() == [[approx(math.exp(20))]]
+    assert branching.future_value([15.0, 15.0], [1, 1]).tolist() == [[approx(math.exp(20)), approx(math.exp(15))]]
 
 
 # ----------------------------------------------------------------------------- score (Eq. 5)
 def test_zscore_rows_population_std():
     # [1, 2, 3] (the 100 is masked): mean 2, population var 2/3, std 0.816497
-    z = appo.zscore_rows([[1.0, 2.0, 3.0, 100.0]], [[1, 1, 1, 0]])
+    z = branching.zscore_rows([[1.0, 2.0, 3.0, 100.0]], [[1, 1, 1, 0]])
     s = math.sqrt(2 / 3) + D
     assert z.tolist() == [[approx(-1 / s), 0.0, approx(1 / s), 0.0]]
 
@@ -88,12 +91,12 @@ BS = [2.040990, 0.075592, 0.226779, 1.587451]
 
 
 def test_branch_score_product():
-    bs, z_h, z_o = appo.branch_score(H, OMEGA, [1, 1, 1, 1])
+    bs, z_h, z_o = branching.branch_score(H, OMEGA, [1, 1, 1, 1])
     assert z_h.tolist() == [[approx(x) for x in Z_H]]
     assert z_o.tolist() == [[approx(x) for x in Z_O]]
     assert bs.tolist() == [[approx(x) for x in BS]]
     # pure-entropy ablation (Table 4): the score is z_H
-    ent, _, _ = appo.branch_score(H, OMEGA, [1, 1, 1, 1], score="entropy")
+    ent, _, _ = branching.branch_score(H, OMEGA, [1, 1, 1, 1], score="entropy")
     assert ent.tolist() == [[approx(x) for x in Z_H]]
 
 
@@ -101,41 +104,41 @@ def test_branch_score_flat_omega():
     # Omega == 1 everywhere (rollout-time ratio of one engine): z_O = 0 -> BS = 0 ("keep"),
     # or z_H ("entropy", default)
     flat = [1.0, 1.0, 1.0, 1.0]
-    bs, _, z_o = appo.branch_score(H, flat, [1, 1, 1, 1])
+    bs, _, z_o = branching.branch_score(H, flat, [1, 1, 1, 1])
     assert z_o.tolist() == [[0.0] * 4]
     assert bs.tolist() == [[approx(x) for x in Z_H]]
-    kept, _, _ = appo.branch_score(H, flat, [1, 1, 1, 1], flat_omega="keep")
+    kept, _, _ = branching.branch_score(H, flat, [1, 1, 1, 1], flat_omega="keep")
     assert kept.tolist() == [[0.0] * 4]
     # rounding noise (std 1.1e-9 <= 1e-6) is flat too; without the tolerance noise/(1e-9 + 1e-6) ~ 1e-3
     # would be a nonzero z-score and rank the tokens
     noisy = [1.0, 1.0 + 1e-9, 1.0 + 2e-9, 1.0 + 3e-9]
-    bs, _, z_o = appo.branch_score(H, noisy, [1, 1, 1, 1])
+    bs, _, z_o = branching.branch_score(H, noisy, [1, 1, 1, 1])
     assert z_o.tolist() == [[0.0] * 4] and bs.tolist() == [[approx(x) for x in Z_H]]
-    _, _, z_o = appo.branch_score(H, noisy, [1, 1, 1, 1], flat_tol=0.0)
+    _, _, z_o = branching.branch_score(H, noisy, [1, 1, 1, 1], flat_tol=0.0)
     assert z_o[0, 3] > 0
 
 
 def test_strict_rule_and_selection():
-    bs, z_h, z_o = appo.branch_score(H, OMEGA, [1, 1, 1, 1])
-    pref = appo.strict_candidates(z_h, z_o, [1, 1, 1, 1])
+    bs, z_h, z_o = branching.branch_score(H, OMEGA, [1, 1, 1, 1])
+    pref = branching.strict_candidates(z_h, z_o, [1, 1, 1, 1])
     assert pref.tolist() == [[False, False, True, True]]  # both z > 0 only at tokens 2 and 3
     # paper's top-1 by BS takes token 0; the strict rule takes 3 (1.587) then 2 (0.227), then fills
     # by BS rank: 0 (2.041), 1 (0.076)
-    assert appo.select_branch_points(bs, [1, 1, 1, 1], 1)[1].tolist() == [0]
-    rows, pos = appo.select_branch_points(bs, [1, 1, 1, 1], 4, scope="prompt", preferred=pref)
+    assert branching.select_branch_points(bs, [1, 1, 1, 1], 1)[1].tolist() == [0]
+    rows, pos = branching.select_branch_points(bs, [1, 1, 1, 1], 4, scope="prompt", preferred=pref)
     assert pos.tolist() == [3, 2, 0, 1] and rows.tolist() == [0, 0, 0, 0]
     # entropy score: strict = z_H > 0
-    strict_h = appo.strict_candidates(z_h, z_o, [1, 1, 1, 1], score="entropy")
+    strict_h = branching.strict_candidates(z_h, z_o, [1, 1, 1, 1], score="entropy")
     assert strict_h.tolist() == [[False, False, True, True]]
 
 
 def test_choose_branch_points_paper_vs_code():
     # paper (per rollout, top-1 by BS): token 0 (2.041); code (per prompt, strict, B = 4): 3, 2, 0, 1
-    assert appo.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 1)[1].tolist() == [0]
-    code = appo.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 4, scope="prompt", strict=True)
+    assert branching.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 1)[1].tolist() == [0]
+    code = branching.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 4, scope="prompt", strict=True)
     assert code[1].tolist() == [3, 2, 0, 1]
     # pure entropy: z_H ranks 3, 2, 1, 0
-    assert appo.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 4, score="entropy")[1].tolist() == [3, 2, 1, 0]
+    assert branching.choose_branch_points(H, OMEGA, [1, 1, 1, 1], 4, score="entropy")[1].tolist() == [3, 2, 1, 0]
 
 
 SCORE = [[0.5, 2.0, 1.0, -1.0], [3.0, 0.1, 9.0, 9.0]]
@@ -144,35 +147,35 @@ MASK = [[1, 1, 1, 1], [1, 1, 0, 0]]  # row 1 has two eligible tokens (the 9.0s a
 
 def test_select_per_rollout():
     # row 0 ranked: pos 1 (2.0), 2 (1.0), 0 (0.5), 3 (-1.0); row 1: pos 0 (3.0), 1 (0.1)
-    rows, pos = appo.select_branch_points(SCORE, MASK, 2)
+    rows, pos = branching.select_branch_points(SCORE, MASK, 2)
     assert rows.tolist() == [0, 0, 1, 1] and pos.tolist() == [1, 2, 0, 1]
     # budget 3: row 1 has two candidates and cycles: 0, 1, 0
-    rows, pos = appo.select_branch_points(SCORE, MASK, 3)
+    rows, pos = branching.select_branch_points(SCORE, MASK, 3)
     assert rows.tolist() == [0, 0, 0, 1, 1, 1] and pos.tolist() == [1, 2, 0, 0, 1, 0]
-    rows, pos = appo.select_branch_points(SCORE, MASK, 3, repeat=False)
+    rows, pos = branching.select_branch_points(SCORE, MASK, 3, repeat=False)
     assert pos.tolist() == [1, 2, 0, 0, 1]
     # a rollout without eligible tokens gets none
-    rows, pos = appo.select_branch_points(SCORE, [[0, 0, 0, 0], [1, 0, 0, 0]], 2)
+    rows, pos = branching.select_branch_points(SCORE, [[0, 0, 0, 0], [1, 0, 0, 0]], 2)
     assert rows.tolist() == [1, 1] and pos.tolist() == [0, 0]
 
 
 def test_select_per_prompt_pool():
     # pool ranked: (1,0) 3.0, (0,1) 2.0, (0,2) 1.0, (0,0) 0.5, (1,1) 0.1, (0,3) -1.0
-    rows, pos = appo.select_branch_points(SCORE, MASK, 3, scope="prompt")
+    rows, pos = branching.select_branch_points(SCORE, MASK, 3, scope="prompt")
     assert list(zip(rows.tolist(), pos.tolist(), strict=True)) == [(1, 0), (0, 1), (0, 2)]
     # budget 8 > 6 candidates: cyclic repeat of the ranking
-    rows, pos = appo.select_branch_points(SCORE, MASK, 8, scope="prompt")
+    rows, pos = branching.select_branch_points(SCORE, MASK, 8, scope="prompt")
     assert list(zip(rows.tolist(), pos.tolist(), strict=True)) == [
         (1, 0), (0, 1), (0, 2), (0, 0), (1, 1), (0, 3), (1, 0), (0, 1)]
     # preferred first ((0,0) and (1,1)), then fill by rank
     pref = [[1, 0, 0, 0], [0, 1, 0, 0]]
-    rows, pos = appo.select_branch_points(SCORE, MASK, 3, scope="prompt", preferred=pref)
+    rows, pos = branching.select_branch_points(SCORE, MASK, 3, scope="prompt", preferred=pref)
     assert list(zip(rows.tolist(), pos.tolist(), strict=True)) == [(0, 0), (1, 1), (1, 0)]
     # ties break by (rollout, position)
-    rows, pos = appo.select_branch_points(np.zeros((2, 2)), np.ones((2, 2)), 3, scope="prompt")
+    rows, pos = branching.select_branch_points(np.zeros((2, 2)), np.ones((2, 2)), 3, scope="prompt")
     assert list(zip(rows.tolist(), pos.tolist(), strict=True)) == [(0, 0), (0, 1), (1, 0)]
     with pytest.raises(ValueError, match="scope must be one of"):
-        appo.select_branch_points(SCORE, MASK, 1, scope="batch")
+        branching.select_branch_points(SCORE, MASK, 1, scope="batch")
 
 
 # ----------------------------------------------------------------------------- advantages (Eq. 6)
@@ -272,7 +275,7 @@ def test_branch_diagnostics():
     # entropy [1, 2, 3 | 4, 0(masked)], Omega all 1 except 2.0 at (1, 0); points (0, 2) and (1, 0)
     # all: entropy mean (1+2+3+4)/4 = 2.5, Omega (1+1+1+2)/4 = 1.25; chosen: (3+4)/2, (1+2)/2
     # parents' rewards [1, 0]; branches [1, 1]: the second differs -> 0.5
-    d = appo.branch_diagnostics([[1, 2, 3], [4, 0, 0]], [[1, 1, 1], [2, 1, 1]], [[1, 1, 1], [1, 0, 0]],
+    d = branching.branch_diagnostics([[1, 2, 3], [4, 0, 0]], [[1, 1, 1], [2, 1, 1]], [[1, 1, 1], [1, 0, 0]],
                                 [0, 1], [2, 0], parent_rewards=[1, 0], branch_rewards=[1, 1])
     assert d == {"branch_points_per_rollout": 1.0, "entropy_all": 2.5, "omega_all": 1.25,
                  "entropy_chosen": 3.5, "omega_chosen": 1.5, "branch_outcome_differs": 0.5}

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from agentrl.credit import appo as F
+from agentrl.algorithms import appo_branch_points as branching
 from agentrl.credit.registry import resolve as resolve_estimator
 
 approx = lambda x: pytest.approx(x, rel=1e-5, abs=1e-9)  # noqa: E731
@@ -41,18 +41,18 @@ ELIGIBLE1 = np.array([[True, True, True, False]])
 
 
 def test_branch_score_z_over_model_tokens_whitespace_entropy():
-    bs, z_h, z_o = F.branch_score(H1, OMEGA1, MODEL1)
+    bs, z_h, z_o = branching.branch_score(H1, OMEGA1, MODEL1)
     assert z_h[0].tolist() == [approx(-0.816496), approx(-0.816496), 0.0, approx(1.632992)]
     assert z_o[0].tolist() == [approx(-1.414194), approx(0.0), approx(1.414194), approx(0.0)]
     assert bs[0, :3].tolist() == [approx(1.154683), approx(0.0), approx(0.0)]
     # the same scores over the eligible tokens alone (what the old code computed)
-    bs_e, _, _ = F.branch_score(H1, OMEGA1, ELIGIBLE1)
+    bs_e, _, _ = branching.branch_score(H1, OMEGA1, ELIGIBLE1)
     assert bs_e[0, :3].tolist() == [approx(0.866013), approx(0.0), approx(1.732026)]
     # the paper's selection (top-1 of the rollout): token 0 among the eligible ones, not token 2
-    rows, pos = F.choose_branch_points(H1, OMEGA1, MODEL1, 1, eligible=ELIGIBLE1)
+    rows, pos = branching.choose_branch_points(H1, OMEGA1, MODEL1, 1, eligible=ELIGIBLE1)
     assert (rows.tolist(), pos.tolist()) == ([0], [0])
     # what normalising over the eligible tokens alone would give (the old behaviour): token 2
-    old = F.choose_branch_points(H1, OMEGA1, ELIGIBLE1, 1)
+    old = branching.choose_branch_points(H1, OMEGA1, ELIGIBLE1, 1)
     assert (old[0].tolist(), old[1].tolist()) == ([0], [2])
 
 
@@ -70,7 +70,7 @@ ELIGIBLE2 = np.array([[True, True, False], [True, True, True]])
 
 
 def test_trainer_branch_points_normalise_over_model_tokens():
-    from agentrl.trainer.appo import branch_points
+    from agentrl.algorithms.appo import branch_points
 
     kw = _appo_kw(budget=1, scope="prompt", strict=True)
     stats = {"entropy": H2, "log_ratio": np.zeros((2, 3)), "model_mask": MODEL2, "eligible": ELIGIBLE2}
@@ -105,7 +105,7 @@ def _episode(traj, group, steps, n_tokens=0):
 
 def test_late_branch_inherits_the_shaped_prefix():
     from agentrl import credit
-    from agentrl.trainer.appo import inherit_prefix_rewards, token_advantages
+    from agentrl.algorithms.appo import inherit_prefix_rewards, token_advantages
 
     # One prompt, valid_action_reward 0.1 on every accepted step (the CPU recipes' shaping), env
     # reward 1 for a right answer on the last step. Two initial rollouts of 3 steps (2 tokens each:
@@ -151,20 +151,12 @@ def test_late_branch_inherits_the_shaped_prefix():
 
 # ============================================================================ 3. Eq. 7's diagnostics
 def test_future_weight_diagnostics_are_after_the_safety_clamp():
-    from collections import defaultdict
-
     import torch
 
-    from agentrl.trainer.appo_loss import FutureAwareLoss
+    from agentrl.algorithms.appo import Appo
 
-    class Host(FutureAwareLoss):
-        """The attributes the mixin reads from its GRPOTrainer (appo_kwargs, model, _metrics)."""
-
-        def __init__(self):
-            self.appo_kwargs = _appo_kw(decay=1.0)  # gamma = 2^(-1/1) = 0.5
-            self.model = torch.nn.Linear(1, 1)  # in training mode
-            self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-
+    appo = Appo()  # the hook needs no trainer: kwargs in, advantages and metrics out
+    appo.kwargs = _appo_kw(decay=1.0)  # gamma = 2^(-1/1) = 0.5
     # two tokens, A = [-1, 2]; Delta = log pi - log pi_old = [ln 7, 0.5]
     #   token 0: Delta = 1.945910 > ln 3 -> left out of FutureKL; ratio 7
     #   FutureKL = [0 + 0.5 * 0.5, 0.5] = [0.25, 0.5]; exp = [1.284025, 1.648721]
@@ -174,14 +166,12 @@ def test_future_weight_diagnostics_are_after_the_safety_clamp():
     #   metrics: mean f = (1.0 + 1.2) / 2 = 1.1 (1.2 before the clamp), max 1.2
     old = torch.tensor([[-2.0, -1.0]])
     logps = old + torch.tensor([[math.log(7.0), 0.5]])
-    host = Host()
     inputs = {"advantages": torch.tensor([[-1.0, 2.0]]), "completion_mask": torch.ones(1, 2),
               "old_per_token_logps": old}
-    out = host._future_aware(logps, inputs)
+    out, metrics = appo.loss_transform(None, logps, inputs)
     assert out[0].tolist() == [approx(-2.0), approx(4.4)]
-    assert host.last_future["weight"][0].tolist() == [approx(1.0), approx(1.2)]
-    assert host._metrics["train"]["appo/future_weight_mean"] == [approx(1.1)]
-    assert host._metrics["train"]["appo/future_weight_max"] == [approx(1.2)]
+    assert appo.last_future["weight"][0].tolist() == [approx(1.0), approx(1.2)]
+    assert metrics == {"appo/future_weight_mean": approx(1.1), "appo/future_weight_max": approx(1.2)}
 
 
 # ============================================================================ 4. CCPO warm-up

@@ -20,7 +20,6 @@ from agentrl.credit.collab import (
     group_advantages,
     parse_rating,
     rating_prompt,
-    resolve,
     sepo,
     shared,
     thought_fractions,
@@ -330,16 +329,21 @@ def test_thought_fractions():
 
 
 def test_resolve_kwargs():
-    assert resolve("ccpo", {}) == {"alpha": 1.0, "eta": 1.0, "lam": 0.99, "min_samples": 50, "scale": "std",
-                                   "warmup": "raw"}
-    assert resolve("sepo", {"eta": 0.5})["eta"] == 0.5
-    assert resolve("ccpo_bonus", {})["scale"] == "none"
-    with pytest.raises(
-        ValueError, match="unknown collaboration credit 'coma'; valid: shared, ccpo, ccpo_bonus, sepo"
-    ):
+    # the collaboration modules' knobs through the one credit registry (what recipes go through);
+    # gamma and CCPO's state are the record-level wrapper's, not the reward functions'
+    from agentrl.credit.registry import resolve
+
+    def resolve_fn(name, kw):
+        return {k: v for k, v in resolve(name, kw)[1].items() if k not in ("gamma", "state")}
+
+    assert resolve_fn("ccpo", {}) == {"alpha": 1.0, "eta": 1.0, "lam": 0.99, "min_samples": 50, "scale": "std",
+                                      "warmup": "raw"}
+    assert resolve_fn("sepo", {"eta": 0.5})["eta"] == 0.5
+    assert resolve_fn("ccpo_bonus", {})["scale"] == "none"
+    with pytest.raises(ValueError, match="unknown credit estimator 'coma'; valid: .*shared, ccpo, ccpo_bonus, sepo"):
         resolve("coma", {})
     with pytest.raises(
-        ValueError, match="unknown kwarg\\(s\\) 'beta' for collaboration credit 'ccpo'; valid kwargs: alpha"
+        ValueError, match="unknown kwarg\\(s\\) 'beta' for credit estimator 'ccpo'; valid kwargs: gamma, alpha"
     ):
         resolve("ccpo", {"beta": 1})
     with pytest.raises(ValueError, match="kwarg lam=1.5 must be in \\[0.0, 1.0\\]"):
@@ -347,5 +351,5 @@ def test_resolve_kwargs():
     with pytest.raises(ValueError, match="kwarg min_samples=2.5 must be an integer"):
         resolve("ccpo", {"min_samples": 2.5})
     # every resolved kwarg set is accepted by its function
-    c, _ = ccpo(**B1, **resolve("ccpo", {"min_samples": 10}))
+    c, _ = ccpo(**B1, **resolve_fn("ccpo", {"min_samples": 10}))
     assert np.isfinite(c.advantages["thinker"]).all()

@@ -1,6 +1,6 @@
-"""Contract of APPO's loss override (agentrl/trainer/appo_loss.py) with TRL 1.16's private
-``_compute_loss``: the source order it relies on, and the loss it gives on a hand-built batch
-worked out here. Runtime: ~10 s (a tiny trainer).
+"""Contract of the algorithms' loss transform (``AgentGRPOTrainer._compute_loss``, APPO's Eq. 7 in
+agentrl/algorithms/appo.py) with TRL 1.16's private ``_compute_loss``: the source order it relies
+on, and the loss it gives on a hand-built batch worked out here. Runtime: ~10 s (a tiny trainer).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import yaml
 def test_trl_version_pinned():
     import trl
 
-    assert trl.__version__ == "1.16.0", "FutureAwareLoss was written against TRL 1.16.0: re-run these checks"
+    assert trl.__version__ == "1.16.0", "the loss transform was written against TRL 1.16.0: re-run these checks"
 
 
 def test_compute_loss_reads_advantages_after_its_forward():
-    # FutureAwareLoss replaces inputs["advantages"] from inside TRL's forward call: that call must
+    # the trainer replaces inputs["advantages"] from inside TRL's forward call: that call must
     # come first, once, and the advantages, old log-probs and mask must be read as below.
     from trl import GRPOTrainer
 
@@ -40,7 +40,7 @@ def test_compute_loss_reads_advantages_after_its_forward():
 @pytest.fixture(scope="module")
 def appo_trainer(tiny_model_dir, tmp_path_factory):
     from agentrl.config import load_recipe
-    from agentrl.trainer.appo import AppoTrainer
+    from agentrl.trainer import AgentGRPOTrainer
 
     tmp = tmp_path_factory.mktemp("appo_contract")
     rec = tmp / "r.yaml"
@@ -49,7 +49,9 @@ def appo_trainer(tiny_model_dir, tmp_path_factory):
         num_generations=2, per_device_train_batch_size=2, max_steps=1, bf16=False, context_mode="trajectory",
         credit="appo", credit_kwargs={"omega_baseline": "behaviour"}, gradient_checkpointing=False,
         report_to="none", output_dir=str(tmp / "o"), use_cpu=True)))
-    return AppoTrainer(model=tiny_model_dir, args=load_recipe(str(rec), []))
+    tr = AgentGRPOTrainer(model=tiny_model_dir, args=load_recipe(str(rec), []))
+    assert tr.algorithm.name == "appo"  # credit: appo selects the APPO plug-in
+    return tr
 
 
 def _batch():
@@ -71,7 +73,7 @@ def test_on_policy_loss_is_trls_with_doubled_advantages(appo_trainer):
     loss = appo_trainer._compute_loss(appo_trainer.model, inputs)
     assert loss.item() == pytest.approx(1.5, abs=1e-5)
     assert torch.equal(inputs["advantages"], _batch()["advantages"])  # the buffered batch is untouched
-    assert appo_trainer._future_inputs is None  # the one-shot flag is spent
+    assert appo_trainer._loss_inputs is None  # spent by the loss's own forward
 
 
 def test_off_policy_loss_uses_the_future_weight(appo_trainer):
@@ -93,7 +95,7 @@ def test_off_policy_loss_uses_the_future_weight(appo_trainer):
     want = -r * (1.1 + 0.5 * (1 + r) - 4.4 - 2 * (1 + r)) / 4
     assert want == pytest.approx(1.784233, abs=1e-5)
     assert loss.item() == pytest.approx(want, abs=1e-4)
-    w = tr.last_future["weight"]
+    w = tr.algorithm.last_future["weight"]
     assert w[0, 0] == pytest.approx(1.2) and w[0, 2] == pytest.approx(r, abs=1e-5)
 
 
@@ -115,7 +117,7 @@ def test_future_kl_skips_the_tool_token(appo_trainer):
     delta = torch.tensor([[0.05, 0.9, 0.05], [0.05, 0.05, 0.0]])
     inputs["old_per_token_logps"] = logps - delta
     loss = tr._compute_loss(tr.model, inputs)
-    w = tr.last_future["weight"]
+    w = tr.algorithm.last_future["weight"]
     assert w[0, 0] == pytest.approx(1.103987, abs=1e-5) and w[1, 0] == pytest.approx(1.104576, abs=1e-5)
     assert w[0, 2] == w[1, 1] == pytest.approx(1.051271, abs=1e-5)
     assert loss.item() == pytest.approx(1.638423, abs=1e-4)
@@ -123,13 +125,14 @@ def test_future_kl_skips_the_tool_token(appo_trainer):
 
 def test_b_zero_leaves_trls_loss_alone(appo_trainer):
     tr = appo_trainer
-    old = dict(tr.appo_kwargs)
-    tr.appo_kwargs["b"] = 0.0
+    old = dict(tr.algorithm.kwargs)
+    tr.algorithm.kwargs["b"] = 0.0
+    assert not tr.algorithm.transforms_loss
     try:
         # TRL's plain DAPO loss with ratio 1: -(0.5 + 0.5 - 2 - 2) / 4 = 0.75
         assert tr._compute_loss(tr.model, _batch()).item() == pytest.approx(0.75, abs=1e-5)
     finally:
-        tr.appo_kwargs = old
+        tr.algorithm.kwargs = old
 
 
 @pytest.mark.parametrize("extra, msg", [

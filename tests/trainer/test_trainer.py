@@ -34,10 +34,10 @@ def make_cfg(tmp_path, model_dir, **kw):
     return load_recipe(str(rec), [])
 
 
-def make_trainer(cfg, hooks=None):
+def make_trainer(cfg, algorithm=None):
     from agentrl.train import build_trainer
 
-    return build_trainer(cfg, hooks=hooks)
+    return build_trainer(cfg, algorithm=algorithm)
 
 
 def _params(model):
@@ -143,32 +143,28 @@ def test_lora_trains_adapter_only(tmp_path, tiny_model_dir):
     assert all(torch.equal(before[n], after[n]) for n in base)
 
 
-def test_fingerprints_hooks_and_branches(tmp_path, tiny_model_dir):
+def test_fingerprints_and_extra_episodes(tmp_path, tiny_model_dir):
     """A credit module that needs fingerprints gets the layer-L prefill hidden state on every
-    record; RolloutHooks can add counterfactual episodes; generate_branches gives K continuations."""
+    record; an algorithm's ``extra_episodes`` adds counterfactual episodes (credited like the others)."""
     from agentrl import credit
-    from agentrl.trainer import RolloutHooks
+    from agentrl.algorithms import Algorithm
 
     fp_credit = next(n for n in credit.available() if "fingerprint" in credit.requirements(n))  # bigpo
 
-    class Counterfactual(RolloutHooks):
-        def after_rollout(self, trainer, episodes):
+    class Counterfactual(Algorithm):
+        def extra_episodes(self, trainer, episodes):
             extra = [{"seed": 0, "options": {"length": 2, "parity": True}, "group_id": "cf", "traj_id": f"cf/{i}"}
                      for i in range(2)]
-            first = episodes[0].tokens
-            self.branches = trainer.generate_branches(first.prompt_ids[0], first.completion_ids[0][:1], 3)
-            return episodes + trainer.rollout(extra, history_length=0)
+            return trainer.rollout(extra, history_length=0)
 
-    hooks = Counterfactual()
     cfg = make_cfg(tmp_path, tiny_model_dir, credit=fp_credit, max_steps=1, fingerprint_layer=-1)
-    tr = make_trainer(cfg, hooks=hooks)
+    tr = make_trainer(cfg, algorithm=Counterfactual(cfg))
     assert tr.need_fingerprint
     tr.train()
     lr = tr.last_rollout
     assert len(lr["records"]) == 8 * 3 + 2 * 2  # + the counterfactual episodes
     hidden = tr.model.config.hidden_size
     assert all(r.fingerprint is not None and len(r.fingerprint) == hidden for r in lr["records"])
-    assert len(hooks.branches) == 3 and all(len(b) >= 1 for b in hooks.branches)
     # fingerprint of record 0 = decoder block -1's output at the last prompt token, computed here
     # by an unpadded forward of the initial model (the rollout ran before the update)
     from transformers import AutoModelForCausalLM

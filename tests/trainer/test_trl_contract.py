@@ -33,6 +33,18 @@ def test_private_method_signatures():
     assert _params(GRPOTrainer.training_step)[:4] == ["self", "model", "inputs", "num_items_in_batch"]
 
 
+def test_overridden_trl_methods_are_the_pinned_ones():
+    # every GRPOTrainer method the one TRL subclass overrides; a new override needs its contract here
+    # (_compute_loss / _get_per_token_logps_and_entropies: tests/trainer/test_appo_contract.py)
+    from trl import GRPOTrainer
+
+    from agentrl.trainer import AgentGRPOTrainer
+
+    overridden = sorted(n for n, v in vars(AgentGRPOTrainer).items() if callable(v) and hasattr(GRPOTrainer, n))
+    assert overridden == ["__init__", "_compute_loss", "_generate_and_score_completions",
+                          "_get_per_token_logps_and_entropies", "_prepare_inputs", "train", "training_step"]
+
+
 def test_prepare_inputs_buffers_and_splits_generation_batch():
     # _prepare_inputs must call _generate_and_score_completions once per generate_every steps
     # and split its output over steps_per_generation: we rely on it to accept any row count
