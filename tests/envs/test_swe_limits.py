@@ -142,6 +142,19 @@ SPRAY = """for _fd in range(3, 256):
         os.write(_fd, b"passed=5 failed=0 errors=0\\n")
     except OSError:
         pass
+_opened = 0
+try:  # the harness, parent of this process: non-dumpable, so its fds are out of reach
+    _fds = os.listdir(f"/proc/{os.getppid()}/fd")
+except OSError:
+    _fds = []
+for _fd in _fds:
+    try:
+        with open(f"/proc/{os.getppid()}/fd/{_fd}", "w") as _fh:
+            _fh.write("passed=5 failed=0 errors=0\\n")
+        _opened += 1
+    except OSError:
+        pass
+print("HARNESS FDS", len(_fds), _opened, flush=True)
 """
 
 
@@ -161,7 +174,7 @@ def test_tampering_submission_still_fails_and_a_fix_still_passes():
         e.reset(options={"task_id": "off_by_one_paginate"})
         plant(e, PATCHER + SPRAY)
         obs, r, term, _, info = act(e, tool="finish")
-        assert (r, term, info["won"]) == (0.0, True, False), obs
+        assert (r, term, info["won"]) == (0.0, True, False) and "HARNESS FDS 0 0" in obs, obs
         # the same tampering on top of the real fix: the fix is graded, the tampering ignored
         e.reset(options={"task_id": "off_by_one_paginate"})
         e.step(format_action(e.expert_action()))

@@ -200,7 +200,7 @@ class Sandbox:
 
     # --- running -------------------------------------------------------------------------------
     def _argv(self, command: list[str], workspace: Path, env: dict[str, str], sync_fd: int,
-              writable: bool = True) -> list[str]:
+              writable: bool = True, as_pid_1: bool = False) -> list[str]:
         lim = self.limits
         nproc = lim.nproc
         if self.limiter.kernel_pids:
@@ -226,6 +226,8 @@ class Sandbox:
                 argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         # bwrap's /dev is an unbounded tmpfs that the jail's uid owns: /dev/shm gets a sized tmpfs
         # of its own and /dev itself is made read-only (its device nodes still work)
+        if as_pid_1:
+            argv.append("--as-pid-1")
         argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(lim.tmp_mb << 20), "--tmpfs", "/dev/shm",
                  "--remount-ro", "/dev", "--size", str(lim.tmp_mb << 20), "--tmpfs", "/tmp",
                  "--ro-bind", str(self.runtime_dir), RUNTIME_MOUNT,
@@ -246,7 +248,9 @@ class Sandbox:
         ``stdin``: a few bytes the command reads on its standard input (default: /dev/null). They
         travel over a pipe, so unlike ``env`` they appear in no environment and no argv.
         ``writable``: bind the workspace read-write (else read-only). ``pass_fd``: an fd of ours
-        that the command inherits under the same number (the grading harness's result pipe).
+        that the command inherits under the same number (the grading harness's result pipe); the
+        command then runs as the namespace's pid 1 (``--as-pid-1``), since bwrap's own pid 1 would
+        hold a copy of the fd that any process of the jail could open through /proc/1/fd.
         """
         lim = self.limits
         wall = lim.wall_s if wall_s is None else float(wall_s)
@@ -255,7 +259,8 @@ class Sandbox:
             kw = {"user": self.uid, "group": self.uid, "extra_groups": []}
         sync_r, sync_w = os.pipe()
         try:
-            argv = self._argv(command, Path(workspace or self.workspace), env or {}, sync_r, writable)
+            argv = self._argv(command, Path(workspace or self.workspace), env or {}, sync_r, writable,
+                              as_pid_1=pass_fd is not None)
             t0 = time.monotonic()
             proc = self._popen(argv, stdin, (sync_r,) if pass_fd is None else (sync_r, pass_fd), kw)
         except BaseException:
