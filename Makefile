@@ -115,8 +115,8 @@ CPU_ACCELERATE_CONFIG ?= accelerate_configs/cpu.yaml
 VLLM_FLAGS := $(if $(VLLM),--use_vllm true --vllm_mode colocate,)
 RUNS ?= runs
 
-# The recipes matching $(1), without the base recipes (_*.yaml) they are built on.
-RECIPES_IN = $(sort $(foreach f,$(wildcard $(1)),$(if $(filter _%,$(notdir $(f))),,$(f))))
+# The recipes matching $(1), without the parts they are built on (recipes/**/_parts/, _*.yaml).
+RECIPES_IN = $(sort $(foreach f,$(wildcard $(1)),$(if $(findstring /_,$(f)),,$(f))))
 
 # $(1) accelerate config, $(2) recipe, $(3) seed, $(4) extra flags. Re-running a target skips the
 # finished runs and resumes the partial ones (--resume_from_checkpoint auto); a run that fails is
@@ -150,22 +150,22 @@ repro-rtmc: setup
 CPU_SEEDS ?= 0
 repro-bipace-cpu: setup
 	@$(START_RUNS)
-	$(foreach r,$(call RECIPES_IN,recipes/cpu/bipace_*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	$(foreach r,$(call RECIPES_IN,recipes/bipace/cpu/*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
 	@$(REPORT_FAILED)
 
 repro-salt-cpu: setup
 	@$(START_RUNS)
-	$(foreach r,$(call RECIPES_IN,recipes/cpu/salt_*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	$(foreach r,$(call RECIPES_IN,recipes/salt/cpu/*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
 	@$(REPORT_FAILED)
 
 repro-rtmc-cpu: setup
 	@$(START_RUNS)
-	$(foreach r,$(call RECIPES_IN,recipes/cpu/rtmc_*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
+	$(foreach r,$(call RECIPES_IN,recipes/rtmc/cpu/*.yaml),$(foreach s,$(CPU_SEEDS),$(call LAUNCH,$(CPU_ACCELERATE_CONFIG),$(r),$(s),)))
 	@$(REPORT_FAILED)
 
 # the tiny recipes name a model folder the demo/tests build: checked against the embedded model
 check-recipes: setup
-	@set -e; for r in $(call RECIPES_IN,recipes/*.yaml recipes/*/*.yaml); do \
+	@set -e; for r in $(call RECIPES_IN,recipes/*.yaml recipes/*/*.yaml recipes/*/cpu/*.yaml); do \
 	  printf '%s: ' $$r; extra=; \
 	  case $$r in recipes/demo_tiny.yaml|*_tiny_*) extra="--model_name_or_path smollm2";; esac; \
 	  $(BIN)/python -m agentrl check-recipe $$r $$extra; done

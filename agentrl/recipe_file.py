@@ -39,8 +39,26 @@ def _unique_key_loader():
 
 
 BASE_KEY = "base"
-"""A recipe may name another recipe (path relative to its own folder) whose keys it starts from;
-a key the recipe sets replaces the base's value (mappings such as ``credit_kwargs`` included)."""
+"""A recipe may start from other recipe files, paths relative to its own folder: ``base: FILE`` (a
+chain) or ``base: [PART, PART, ...]`` (a composition). Parts are merged left to right, then the
+recipe's own keys replace theirs (a mapping such as ``credit_kwargs`` is replaced whole, never
+merged). Two parts of one list may not set the same key: a list of parts reads as independent
+pieces (env, model size, credit), so a key in two of them would make the order silently decide the
+run; the recipe itself may set any key a part set."""
+
+RUNS_DIR = "runs"
+RECIPES_DIR = "recipes"
+
+
+def default_output_dir(path: str | Path) -> str:
+    """``runs/<path below the last recipes/ folder, without .yaml>``, e.g. recipes/bipace/x_7b.yaml
+    -> runs/bipace/x_7b; ``runs/<file stem>`` for a recipe outside a recipes/ folder."""
+    p = Path(path).resolve()
+    parts = p.parts
+    if RECIPES_DIR in parts[:-1]:
+        at = len(parts) - 1 - parts[::-1].index(RECIPES_DIR)
+        return str(Path(RUNS_DIR, *parts[at + 1:]).with_suffix(""))
+    return str(Path(RUNS_DIR, p.stem))
 
 
 def _read_one(p: Path, shown: str | Path) -> dict[str, Any]:
@@ -55,8 +73,7 @@ def _read_one(p: Path, shown: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as e:
         raise RecipeError(f"{shown} is not valid YAML ({first_line(e)})") from None
     if data is None or data == {}:
-        raise RecipeError(f"{shown} is empty: a recipe sets at least env_id and output_dir "
-                          "(see recipes/ for examples)")
+        raise RecipeError(f"{shown} is empty: a recipe sets at least env_id (see recipes/ for examples)")
     if not isinstance(data, dict):
         raise RecipeError(f"{shown} must be a YAML mapping of config keys")
     bad = [k for k in data if not isinstance(k, str)]
@@ -65,27 +82,52 @@ def _read_one(p: Path, shown: str | Path) -> dict[str, Any]:
     return data
 
 
-def read_recipe_file(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Parse ``path`` into a dict, with its ``base:`` recipes resolved; RecipeError (one line) if a
-    file is missing, empty, not YAML, not a mapping, repeats a key, or the bases form a cycle."""
-    p = Path(path)
-    data = _read_one(p, path)
-    base = data.pop(BASE_KEY, None)
-    if base is None:
+def _base_names(base: Any, shown: str | Path) -> list[str]:
+    """The ``base:`` value as a list of paths; RecipeError for anything else or a path named twice."""
+    names = [base] if isinstance(base, str) else base
+    if not isinstance(names, list) or not names or not all(isinstance(b, str) and b.strip() for b in names):
+        raise RecipeError(f"{shown}: {BASE_KEY} must be the path of another recipe or a list of them, got {base!r}")
+    twice = sorted({b for b in names if names.count(b) > 1})
+    if twice:
+        raise RecipeError(f"{shown}: {BASE_KEY} names {twice[0]} twice")
+    return names
+
+
+def _resolve(p: Path, shown: str | Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    """``p``'s keys over its bases' (recursively); ``chain``: the files that led here (cycles)."""
+    data = _read_one(p, shown)
+    if BASE_KEY not in data:
         return data
-    if not isinstance(base, str) or not base.strip():
-        raise RecipeError(f"{path}: {BASE_KEY} must be the path of another recipe, got {base!r}")
-    here = p.resolve()
-    chain = (*_chain, here)
-    base_path = (p.parent / base).resolve()
-    if base_path in chain:
-        cycle = " -> ".join(c.name for c in (*chain, base_path))
-        raise RecipeError(f"{path}: base recipes form a cycle ({cycle})")
-    if not base_path.is_file():
-        raise RecipeError(f"{path}: base recipe not found: {base}")
-    merged = read_recipe_file(base_path, chain)
+    names = _base_names(data.pop(BASE_KEY), shown)
+    chain = (*chain, p.resolve())
+    merged: dict[str, Any] = {}
+    set_by: dict[str, str] = {}
+    for name in names:
+        base_path = (p.parent / name).resolve()
+        if base_path in chain:
+            cycle = " -> ".join(c.name for c in (*chain, base_path))
+            raise RecipeError(f"{shown}: base recipes form a cycle ({cycle})")
+        if not base_path.is_file():
+            raise RecipeError(f"{shown}: base recipe not found: {name}")
+        part = _resolve(base_path, f"{shown}: base {name}", chain)
+        for k in part:
+            if k in set_by:
+                raise RecipeError(f"{shown}: key {k!r} is set by two of its bases, {set_by[k]} and {name}; "
+                                  f"set it in one of them, or in {p.name} itself")
+            set_by[k] = name
+        merged.update(part)
     merged.update(data)
     return merged
+
+
+def read_recipe_file(path: str | Path) -> dict[str, Any]:
+    """Parse ``path`` into a dict, with its ``base:`` recipes resolved and ``output_dir`` derived from
+    the path unless set (``default_output_dir``); RecipeError (one line) if a file is missing,
+    empty, not YAML, not a mapping, repeats a key, two parts of one base list set the same key, or
+    the bases form a cycle."""
+    data = _resolve(Path(path), path, ())
+    data.setdefault("output_dir", default_output_dir(path))
+    return data
 
 
 def apply_recipe_env(data: dict[str, Any]) -> None:

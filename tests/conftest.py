@@ -15,7 +15,7 @@ _THREADS = os.environ["OMP_NUM_THREADS"]
 
 @pytest.fixture(autouse=True)
 def _threads_as_the_suite_set_them():
-    """Loading a recipe in-process applies its ``env:`` block (recipes/cpu/_base.yaml sets
+    """Loading a recipe in-process applies its ``env:`` block (recipes/_parts/cpu.yaml sets
     OMP_NUM_THREADS 2, and ``load_recipe`` passes it to torch), which would change the thread
     count of every later test in this process. Tests that compare an in-process reference with a
     one-thread subprocess (kill/resume exactness) then see a different float path. Restored after

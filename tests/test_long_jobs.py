@@ -24,7 +24,7 @@ def test_make_repro_goes_on_after_a_failure_and_lists_failures(tmp_path):
     calls = log.read_text().splitlines()
     assert len(calls) == 2 and all("--resume_from_checkpoint auto" in c for c in calls)  # the second ran too
     assert "repro-rtmc-cpu: 1 run(s) failed" in r.stdout
-    assert "recipes/cpu/rtmc_swe_grpo.yaml seed 0 (exit 3)" in r.stdout
+    assert "recipes/rtmc/cpu/rtmc_swe_grpo.yaml seed 0 (exit 3)" in r.stdout
     assert not (runs / ".failed-repro-rtmc-cpu").exists()
     # all launches succeed: the target says so and exits 0
     fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexit 0\n')

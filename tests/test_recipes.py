@@ -1,6 +1,6 @@
 """Every shipped recipe passes `agentrl check-recipe`'s validation, the reproduction recipes
 carry the papers' hyperparameters (values copied from the papers' tables into this test), and the
-recipes factored into base recipes resolve to the settings the flat files had."""
+recipes composed of parts (recipes/<paper>/_parts/) resolve to the settings the flat files had."""
 
 import importlib.util
 import json
@@ -11,10 +11,12 @@ import pytest
 from agentrl.config import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
-# files named _*.yaml are base recipes: fragments that the recipes name with `base:`
-RECIPES = sorted(p.relative_to(REPO) for p in (REPO / "recipes").rglob("*.yaml") if not p.name.startswith("_"))
+# parts (recipes/_parts/, recipes/<paper>/_parts/) are fragments that the recipes name with `base:`
+RECIPES = sorted(p.relative_to(REPO) for p in (REPO / "recipes").rglob("*.yaml")
+                 if not any(d.startswith("_") for d in p.relative_to(REPO).parts))
+PARTS = {p for p in (REPO / "recipes").rglob("*.yaml") if any(d.startswith("_") for d in p.relative_to(REPO).parts)}
 # one headline run per paper at the top of recipes/ (`accelerate launch recipes/alfworld_bipace.yaml`):
-# the paper recipe it is based on, with its own output_dir
+# the paper recipe it is based on, with its own output_dir (derived from its path)
 HEADLINE = {
     "recipes/alfworld_bipace.yaml": "recipes/bipace/alfworld_bipace_q_7b.yaml",
     "recipes/textcraft_bipace.yaml": "recipes/bipace/textcraft_bipace_q_7b.yaml",
@@ -136,6 +138,7 @@ def test_papers_hyperparameters():
     c = load_recipe("recipes/rtmc/swe_rtmc.yaml", [])
     assert (c.gamma, c.credit_kwargs) == (0.99, {"n_prior": 2}) and c.learning_rate == 1e-7 and c.warmup_steps == 20
     assert c.context_mode == "trajectory" and c.valid_action_reward == 0.005
+    assert c.output_dir == "runs/rtmc/swe_rtmc"  # derived from the recipe's path
     assert load_recipe("recipes/rtmc/swe_rtmc_no_prior.yaml", []).credit_kwargs["n_prior"] == 0
 
 
@@ -168,7 +171,7 @@ def test_recipes_resolve_as_the_flat_files_did():
         if str(r) == "recipes/demo_tiny.yaml":
             continue  # retuned since: its RL settings are the demo's (README, "The demo")
         expected = before[str(r)]
-        if str(r).startswith("recipes/bipace/"):
+        if str(r).startswith("recipes/bipace/") and "cpu" not in r.parts:
             # the one deliberate change since: BiPACE's numbers came from verl-agent's estimator
             # code, whose episode statistics, singleton rule and penalty the recipes now select
             # (and its mean-only normalisation for the step-level estimators)
@@ -189,28 +192,74 @@ def test_recipes_resolve_as_the_flat_files_did():
         assert _effective(read_recipe_file(REPO / r)) == expected, r
 
 
+def _bases(path: Path) -> list[Path]:
+    """The files ``path`` names with ``base:`` (one path or a list), resolved."""
+    import yaml
+
+    base = yaml.safe_load(path.read_text()).get("base") or []
+    return [(path.parent / b).resolve() for b in ([base] if isinstance(base, str) else base)]
+
+
+def _depth(path: Path) -> int:
+    """How many ``base:`` hops lie between ``path`` and the farthest file it is built from."""
+    return max((1 + _depth(b) for b in _bases(path)), default=0)
+
+
 def test_recipes_say_what_differs():
     import yaml
 
     from agentrl.recipe_file import read_recipe_file
 
-    bases = {p for p in (REPO / "recipes").rglob("_*.yaml")}
     used = set()
     for r in RECIPES:
         raw = yaml.safe_load((REPO / r).read_text())
         assert "gamma" not in (raw.get("credit_kwargs") or {}), r  # a setting given once
-        p = REPO / r
-        while "base" in raw:
-            p = (p.parent / raw["base"]).resolve()
+        assert "output_dir" not in raw or r.name.startswith("demo_"), r  # derived from the path
+        todo = _bases(REPO / r)
+        while todo:
+            p = todo.pop()
             used.add(p)
-            raw = yaml.safe_load(p.read_text())
-        assert read_recipe_file(REPO / r)  # the chain resolves
-    assert bases == {p for p in used if p.name.startswith("_")}  # no orphan base
-    assert {str(p.relative_to(REPO)) for p in used - bases} == set(HEADLINE.values())
-    # alfworld_bipace_q_7b differs from its base by a few lines, not the 30 it used to repeat
+            todo += _bases(p)
+        assert read_recipe_file(REPO / r)  # the bases resolve
+    assert PARTS == {p for p in used if p in PARTS}  # no orphan part
+    assert {str(p.relative_to(REPO)) for p in used - PARTS} == set(HEADLINE.values())
+    # alfworld_bipace_q_7b names its parts (env, model size, credit) and sets nothing else
     body = [ln for ln in (REPO / "recipes/bipace/alfworld_bipace_q_7b.yaml").read_text().splitlines()
             if ln.strip() and not ln.startswith("#")]
-    assert len(body) <= 6
+    assert body == ["base: [_parts/common.yaml, _parts/env_alfworld.yaml, _parts/model_7b.yaml, "
+                    "_parts/credit_bipace_q_7b.yaml]"]
+
+
+def test_base_chains_are_at_most_two_deep():
+    # headline -> paper row -> parts; CPU row -> the paper's _parts/cpu.yaml -> recipes/_parts/cpu.yaml
+    depths = {str(r): _depth(REPO / r) for r in RECIPES}
+    assert max(depths.values()) == 2
+    assert {r for r, d in depths.items() if d == 2} == set(HEADLINE) | {
+        str(r) for r in RECIPES if r.parent.name == "cpu"}
+
+
+def test_cpu_recipes_share_one_convention():
+    # recipes/<paper>/cpu/<paper>_*.yaml, built on recipes/<paper>/_parts/cpu.yaml, built on recipes/_parts/cpu.yaml
+    cpu = [r for r in RECIPES if "cpu" in r.parts]
+    assert len(cpu) == 13
+    for r in cpu:
+        paper = r.parts[1]
+        assert r.parent == Path("recipes", paper, "cpu") and r.name.startswith(paper + "_"), r
+        assert _bases(REPO / r) == [REPO / "recipes" / paper / "_parts" / "cpu.yaml"], r
+        assert _bases(REPO / "recipes" / paper / "_parts" / "cpu.yaml") == [REPO / "recipes" / "_parts" / "cpu.yaml"]
+
+
+def test_output_dir_is_the_recipe_path():
+    from agentrl.recipe_file import read_recipe_file
+
+    for r in RECIPES:
+        out = read_recipe_file(REPO / r)["output_dir"]
+        if r.name.startswith("demo_"):  # the demo's phases share one folder: set in the recipe
+            assert out in ("runs/demo/rl", "runs/demo_smollm2/rl"), r
+        else:
+            assert out == "runs/" + str(r.relative_to("recipes").with_suffix("")), r
+    assert read_recipe_file(REPO / "recipes/bipace/cpu/bipace_textcraft_gigpo.yaml")["output_dir"] == \
+        "runs/bipace/cpu/bipace_textcraft_gigpo"
 
 
 def test_headline_recipes():

@@ -112,7 +112,8 @@ def test_base_recipes(tmp_path):
     (tmp_path / "sub" / "child.yaml").write_text("base: ../_base.yaml\nlearning_rate: 2.0e-5\ncredit_kwargs: {b: 2}\n")
     (tmp_path / "grandchild.yaml").write_text("base: sub/child.yaml\nseed: 3\n")
     assert read_recipe_file(tmp_path / "grandchild.yaml") == {
-        "env_id": "agentrl/TextCraft-v0", "learning_rate": 2e-5, "credit_kwargs": {"b": 2}, "seed": 3}
+        "env_id": "agentrl/TextCraft-v0", "learning_rate": 2e-5, "credit_kwargs": {"b": 2}, "seed": 3,
+        "output_dir": "runs/grandchild"}
     (tmp_path / "a.yaml").write_text("base: b.yaml\nseed: 1\n")
     (tmp_path / "b.yaml").write_text("base: a.yaml\nseed: 2\n")
     with pytest.raises(RecipeError, match=r"cycle \(a.yaml -> b.yaml -> a.yaml\)"):
