@@ -187,7 +187,8 @@ repro-appo-cpu: setup
 
 # --- CCPO / SEPO (arXiv 2603.21563; README "Reproducing the papers") ---------------------------
 # Tables 1-2 (GRPO: shared vs CCPO; GSPO: shared vs CCPO vs SEPO) for Qwen2.5-1.5B and Olmo-3-7B,
-# one GPU per run (separate policies swap weights, which ZeRO-3 cannot); Table 4 (hand-off) is
+# one GPU per run by default (the papers' setting; CCPO_ACCELERATE_CONFIG=accelerate_configs/zero3.yaml
+# shards the separate policies as ZeRO-3 parameter sets, without offload); Table 4 (hand-off) is
 # `agentrl eval` of the trained runs. `make -n repro-ccpo` prints every command.
 CCPO_ACCELERATE_CONFIG ?= accelerate_configs/single_gpu.yaml
 .PHONY: repro-ccpo repro-ccpo-cpu
