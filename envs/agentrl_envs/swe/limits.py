@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -136,7 +137,7 @@ class _Cgroup(JailLimiter):
         return made
 
     def finish(self) -> list[str]:
-        notes = self._notes()
+        notes = self._notes() if len(self.dirs) == len(set(self.parents.values())) else []
         for d in self.dirs:
             for _ in range(100):  # a process may be forking as we kill: repeat until empty
                 try:
@@ -171,19 +172,18 @@ class CgroupV2(_Cgroup):
     name = "cgroup-v2"
 
     def start(self, pid: int) -> None:
-        d = self._make()["memory"]
+        d = self._dir = self._make()["memory"]
         _write(d / "memory.max", str(self.memory_mb << 20))
         if (d / "memory.swap.max").exists():
             _write(d / "memory.swap.max", "0")
         _write(d / "pids.max", str(self.nproc))
         _write(d / "cgroup.procs", str(pid))
-        self._dir = d
 
     def _notes(self) -> list[str]:
         notes = []
-        if self.dirs and _event(self._dir / "memory.events", "oom_kill"):
+        if _event(self._dir / "memory.events", "oom_kill"):
             notes.append(self._mem_note())
-        if self.dirs and _event(self._dir / "pids.events", "max"):
+        if _event(self._dir / "pids.events", "max"):
             notes.append(self._pids_note())
         return notes
 
@@ -193,20 +193,19 @@ class CgroupV1(_Cgroup):
 
     def start(self, pid: int) -> None:
         made = self._make()
-        mem, pids = made["memory"], made["pids"]
+        mem, pids = self._mem, self._pids = made["memory"], made["pids"]
         _write(mem / "memory.limit_in_bytes", str(self.memory_mb << 20))
         if (mem / "memory.memsw.limit_in_bytes").exists():  # must follow limit_in_bytes
             _write(mem / "memory.memsw.limit_in_bytes", str(self.memory_mb << 20))
         _write(pids / "pids.max", str(self.nproc))
         for d in (mem, pids):
             _write(d / "cgroup.procs", str(pid))
-        self._mem, self._pids = mem, pids
 
     def _notes(self) -> list[str]:
         notes = []
-        if self.dirs and _event(self._mem / "memory.oom_control", "oom_kill"):
+        if _event(self._mem / "memory.oom_control", "oom_kill"):
             notes.append(self._mem_note())
-        if self.dirs and _event(self._pids / "pids.events", "max"):
+        if _event(self._pids / "pids.events", "max"):
             notes.append(self._pids_note())
         return notes
 
@@ -303,6 +302,7 @@ def _probe_v1(mounts, own) -> dict[str, Path] | None:
 
 MECHANISMS = ("auto", "cgroup-v2", "cgroup-v1", "rlimit+rss-watch")
 _FOUND: dict[str, dict[str, Path] | None] = {}  # probed once per process
+_PROBE_LOCK = threading.Lock()  # envs built in parallel threads must not race on the probe dir
 
 
 def choose(memory_mb: int, nproc: int, mechanism: str = "auto") -> JailLimiter:
@@ -310,12 +310,13 @@ def choose(memory_mb: int, nproc: int, mechanism: str = "auto") -> JailLimiter:
     it is unknown or unavailable here). Probing is done once per process."""
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown jail limit mechanism {mechanism!r}; valid: {', '.join(MECHANISMS)}")
-    if not _FOUND:
-        try:
-            mounts, own = _mounts(), _own_cgroups()
-        except OSError:
-            mounts, own = {}, {}
-        _FOUND.update({"cgroup-v2": _probe_v2(mounts, own), "cgroup-v1": _probe_v1(mounts, own)})
+    with _PROBE_LOCK:
+        if not _FOUND:
+            try:
+                mounts, own = _mounts(), _own_cgroups()
+            except OSError:
+                mounts, own = {}, {}
+            _FOUND.update({"cgroup-v2": _probe_v2(mounts, own), "cgroup-v1": _probe_v1(mounts, own)})
     found = _FOUND
     if mechanism == "auto":
         mechanism = next((m for m in ("cgroup-v2", "cgroup-v1") if found[m]), "rlimit+rss-watch")
