@@ -174,7 +174,7 @@ class AgentRLConfig(GRPOConfig):
         metadata={"help": "Roles played by their own base model, {role: model path or hub id} (arXiv 2603.21563 "
                           "Table 3: two different LLMs); the other roles use model_name_or_path. Each such model "
                           "has its own tokenizer and optimizer and trains every weight (collab_policies: full) or "
-                          "its own LoRA adapter (lora); role_schedule: blocks (agentrl.trainer.role_models)."},
+                          "its own LoRA adapter (lora); role_schedule: blocks (agentrl.policies.separate)."},
     )
     collab_rating_template: str | None = field(
         default=None,

@@ -3,12 +3,12 @@
 Recipe keys (``AgentRLConfig``)::
 
     collab: think_solve          # or a mapping {name, roles: [...]} (agentrl.collab.spec.from_dict)
-    collab_policies: lora        # shared | lora | full (agentrl.trainer.policies)
+    collab_policies: lora        # shared | lora | full (agentrl.policies)
     role_schedule: blocks        # blocks: one role trains for role_block_steps steps, in role
     role_block_steps: 10         #   order (Thinker first); both: every role every rollout (with
                                  #   separate policies in role-ordered optimizer steps)
     credit: ccpo                 # shared | ccpo | ccpo_bonus | sepo
-    collab_models: {thinker: P}  # optional: roles on their own base model (agentrl.trainer.role_models)
+    collab_models: {thinker: P}  # optional: roles on their own base model (agentrl.policies.separate)
     env_id: agentrl/MathAnswer-v0
 
 ``collab_policies: shared`` gives every role one policy (the one-model baseline); ``lora`` and
@@ -81,7 +81,7 @@ def _check_role_ordered_steps(cfg, n_roles: int) -> None:
 
 
 def _check_role_models(cfg, c: Collaboration) -> None:
-    """``collab_models``: roles on their own base model (``agentrl.trainer.role_models``)."""
+    """``collab_models``: roles on their own base model (``agentrl.policies.separate``)."""
     models = cfg.collab_models
     if cfg.collab_policies == "shared":
         raise CollabError("collab_models gives roles their own policies: set collab_policies: full (every weight) "

@@ -5,7 +5,7 @@ TRL's ``num_generations`` copies of a task are the prompt group):
 
 1. **Joint rollouts.** Each role in order plays one turn on ``agentrl/MathAnswer-v0`` through
    ``run_episodes`` with the ``role`` context (``agentrl.collab.context``), generating with its
-   own policy's weights (``PolicySlots.use``): the Thinker writes a plan (any ``\\boxed{}`` in
+   own policy's weights (``SwappedPolicies.use``): the Thinker writes a plan (any ``\\boxed{}`` in
    it is removed before the Solver reads it), the Solver answers from problem + plan and the
    env's verifier grades the answer (R_joint).
 2. **Counterfactuals** (``ccpo``, ``ccpo_bonus``): the collaboration without its first role
@@ -19,7 +19,7 @@ TRL's ``num_generations`` copies of a task are the prompt group):
    algorithm's state (``trainer.algorithm_state``, ``agentrl.algorithms.collab``).
 5. **Update**: only the trained roles' turns become rows (``RoleSchedule``): in ``blocks`` one
    role trains for ``role_block_steps`` optimizer steps, in role order (Thinker first), while
-   the other policies' weights and optimizer states stay parked, exact (``PolicySlots``). In
+   the other policies' weights and optimizer states stay parked, exact (``SwappedPolicies``). In
    ``both`` every role trains on every rollout: with one shared policy in the same optimizer
    steps; with separate policies in role-ordered optimizer steps, each step one role's rows
    with its policy activated before it (``agentrl.trainer.role_steps``).
@@ -27,7 +27,7 @@ TRL's ``num_generations`` copies of a task are the prompt group):
 Checkpoints add ``collab_state.pt`` (parked weights and optimizer states, CCPO's statistics,
 the schedule; under ZeRO-3 the parked partitions go to ``collab_policies_rank{r}.pt``, one per
 rank, and a resume needs the same number of processes); a resumed run continues the schedule
-from the checkpoint's step. Separate policies run under ZeRO-3 (``Zero3PolicySlots``), roles on
+from the checkpoint's step. Separate policies run under ZeRO-3 (``Zero3SwappedPolicies``), roles on
 their own models (``collab_models``) on one process only. The final
 ``save_model`` also writes every policy as ``policies/<name>/`` for evaluation.
 """
@@ -58,25 +58,22 @@ from agentrl.credit.collab import (
     parse_rating,
     rating_prompt,
 )
+from agentrl.policies import CheckpointMismatch, PolicyStore, SwappedPolicies, Zero3SwappedPolicies
+from agentrl.policies.separate import RoleModel, load_role_model
 from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord
 from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming, run_episodes
 from agentrl.rollout.prompts import chat_text, decode_response, encode
 from agentrl.trainer.agent_trainer import AgentGRPOTrainer, Credited
-from agentrl.trainer.policies import PolicySlots
-from agentrl.trainer.policies_zero3 import Zero3PolicySlots
-from agentrl.trainer.role_models import RoleModel, load_role_model, load_role_models, save_role_models
 from agentrl.trainer.role_steps import RoleSteps, take_rows
 from agentrl.trainer.rows import RowCounts, episode_rows, per_episode, real_token_share
 
 COLLAB_STATE = "collab_state.pt"
-ZERO3_POLICIES = "collab_policies_rank{rank}.pt"
-"""Under ZeRO-3 each rank's parked policy partitions (``Zero3PolicySlots.state_dict``)."""
 
 
 def _check_zero3(accelerator) -> None:
-    """Separate policies under DeepSpeed: ZeRO stage 3 without offload (``Zero3PolicySlots``)."""
+    """Separate policies under DeepSpeed: ZeRO stage 3 without offload (``Zero3SwappedPolicies``)."""
     plugin = accelerator.state.deepspeed_plugin
     zero = (plugin.deepspeed_config or {}).get("zero_optimization", {}) if plugin is not None else {}
     if int(zero.get("stage", 0)) != 3:
@@ -119,14 +116,15 @@ class CollabTrainer(AgentGRPOTrainer):
         models = dict(args.collab_models or {})
         if models and (self.accelerator.num_processes > 1 or self.is_deepspeed_enabled):
             raise RecipeError("collab_models runs on one process (the role models are not wrapped for DDP or ZeRO-3)")
-        self.role_models: dict[str, RoleModel] = {role: load_role_model(role, path, self)
-                                                  for role, path in models.items()}
-        """Roles on their own base model (``collab_models``; ``agentrl.trainer.role_models``)."""
-        main = tuple(dict.fromkeys(r.policy for r in self.collab.roles if r.name not in self.role_models))
+        role_models = {role: load_role_model(role, path, self) for role, path in models.items()}
+        main = tuple(dict.fromkeys(r.policy for r in self.collab.roles if r.name not in role_models))
         if self.is_deepspeed_enabled and len(main) > 1:  # swaps on each rank's partitions
-            self.policies = Zero3PolicySlots(main, lambda: self.optimizer)
+            swaps = Zero3SwappedPolicies(main, lambda: self.optimizer)
         else:
-            self.policies = PolicySlots(self.accelerator.unwrap_model(self.model), main, lambda: self.optimizer)
+            swaps = SwappedPolicies(self.accelerator.unwrap_model(self.model), main, lambda: self.optimizer)
+        self.policies = PolicyStore({r.name: r.policy for r in self.collab.roles}, swaps, role_models,
+                                    self._turn_generate, self.processing_class, lambda: self.model)
+        """Where each role's weights live (``agentrl.policies``)."""
         self.schedule = RoleSchedule(self.collab.role_names, args.role_schedule, args.role_block_steps)
         self.role_steps = (RoleSteps(len(self.collab.roles), args.steps_per_generation,
                                      args.gradient_accumulation_steps)
@@ -147,8 +145,8 @@ class CollabTrainer(AgentGRPOTrainer):
         self._timing = RolloutTiming()
         t0 = time.perf_counter()
         train = self.schedule.trained(self.state.global_step) if self.model.training else ()
-        if train and self.role_steps is None and train[0] not in self.role_models:
-            self.policies.activate(self.collab.role(train[0]).policy)  # role-ordered steps: in training_step
+        if train and self.role_steps is None:
+            self.policies.activate(train[0])  # role-ordered steps: in training_step
         self.collab_times = {f"{p}{u}": 0.0 for p in ("counterfactual", "rating") for u in ("_s", "_cpu_s")}
         with self._timed("joint"):
             joint = self.play(self.collab, tasks, "joint", set(train))
@@ -194,27 +192,19 @@ class CollabTrainer(AgentGRPOTrainer):
         return per_role
 
     def _play_role(self, role: Role, tasks: list[dict[str, Any]]) -> list[Episode]:
-        """One role's turns, generated by its policy: on the trainer's model, or on its own model
-        with its own tokenizer (``collab_models``)."""
-        rm = self.role_models.get(role.name)
-        if rm is None:
-            with self.policies.use(role.policy):
-                return self.rollout(tasks, context_mode="role", prefill="", max_turns=1)
+        """One role's turns, generated by its policy with its tokenizer (``agentrl.policies``)."""
         settings = self.rollout_settings(context_mode="role", prefill="", max_turns=1)
-        return run_episodes(tasks, rm.generate, rm.tokenizer, settings, envs=self._env_pool(settings, len(tasks)),
-                            timing=self._timing)
+        with self.policies.use(role.name):
+            return run_episodes(tasks, lambda prompts: self.policies.generate(role.name, prompts),
+                                self.policies.tokenizer(role.name), settings,
+                                envs=self._env_pool(settings, len(tasks)), timing=self._timing)
 
     def _tokenizer_of(self, role: Role):
-        rm = self.role_models.get(role.name)
-        return rm.tokenizer if rm is not None else self.processing_class
+        return self.policies.tokenizer(role.name)
 
     def _generate_as(self, role: Role, prompts: list[list[int]]) -> list[list[int]]:
         """Completions of ``prompts`` (in the role's tokenizer) by the role's current policy."""
-        rm = self.role_models.get(role.name)
-        if rm is not None:
-            return rm.generate(prompts)
-        with self.policies.use(role.policy):
-            out = self._turn_generate(prompts)
+        out = self.policies.generate(role.name, prompts)
         return out.completion_ids if isinstance(out, GenerateOutput) else out
 
     def _empty_turn(self, ep: Episode, role: Role, final: bool) -> None:
@@ -276,7 +266,7 @@ class CollabTrainer(AgentGRPOTrainer):
         parts = []
         for k, role in enumerate(self.collab.roles):
             sub = take_rows(batch, torch.arange(k * per, (k + 1) * per), rows)
-            with self.policies.use(role.policy):
+            with self.policies.use(role.name):
                 parts.append(super()._logps_for_loss(sub, mode))
         return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
 
@@ -293,19 +283,24 @@ class CollabTrainer(AgentGRPOTrainer):
             self._metrics["train"]["rows/real_token_share"].append(real_token_share(self._buffered_inputs))
         return self._buffered_inputs[self._step % spg]
 
+    def _block_role(self) -> str | None:
+        """The role that trains at this step in role blocks (None in evaluation or with ``both``,
+        where every role's rows train the trainer's model)."""
+        trained = self.schedule.trained(self.state.global_step)
+        return trained[0] if self.model.training and len(trained) == 1 else None
+
     def _training_role_model(self) -> RoleModel | None:
         """The role model whose role trains at this step (``collab_models``, role blocks), else None."""
-        if not self.role_models or not self.model.training:
-            return None
-        return self.role_models.get(self.schedule.trained(self.state.global_step)[0])
+        role = self._block_role()
+        return None if role is None else self.policies.role_model(role)
 
     def _row_pad_id(self) -> int:
-        rm = self._training_role_model()
-        return rm.tokenizer.pad_token_id if rm is not None else super()._row_pad_id()
+        role = self._block_role()
+        return super()._row_pad_id() if role is None else self.policies.tokenizer(role).pad_token_id
 
     def _loss_model(self):
-        rm = self._training_role_model()
-        return rm.model if rm is not None else super()._loss_model()
+        role = self._block_role()
+        return super()._loss_model() if role is None else self.policies.loss_model(role)
 
     def training_step(self, model, inputs, num_items_in_batch):
         """Role-ordered steps: activate the role's policy before its optimizer step's first
@@ -324,7 +319,7 @@ class CollabTrainer(AgentGRPOTrainer):
             return out
         if self.role_steps is not None and self._step % self.args.gradient_accumulation_steps == 0:
             k = self.role_steps.role_at(self._step)
-            self.policies.activate(self.collab.roles[k].policy)
+            self.policies.activate(self.collab.roles[k].name)
             self._metrics["train"]["collab/trained_role"].append(float(k))
         return super().training_step(model, inputs, num_items_in_batch)
 
@@ -349,24 +344,15 @@ class CollabTrainer(AgentGRPOTrainer):
                                         else -1.0)
 
     # ------------------------------------------------------------------ checkpoints
-    def _zero3_policies(self) -> bool:
-        return isinstance(self.policies, Zero3PolicySlots)
-
     def collab_state_dict(self) -> dict[str, Any]:
-        policies = ({"per_rank": self.accelerator.num_processes} if self._zero3_policies()
-                    else self.policies.state_dict())
-        return {"policies": policies, "ccpo": self.algorithm_state.state_dict(),
+        return {"policies": self.policies.state_dict(self.accelerator.num_processes), "ccpo": self.algorithm_state.state_dict(),
                 "schedule": asdict(self.schedule), "global_step": int(self.state.global_step)}
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         super()._save_optimizer_and_scheduler(output_dir)
-        if self._zero3_policies():  # every rank its own partitions
-            Path(output_dir).mkdir(parents=True, exist_ok=True)
-            torch.save(self.policies.state_dict(),
-                       Path(output_dir) / ZERO3_POLICIES.format(rank=self.accelerator.process_index))
+        self.policies.save(output_dir, self.accelerator.process_index, self.args.should_save)
         if self.args.should_save:
             torch.save(self.collab_state_dict(), Path(output_dir) / COLLAB_STATE)
-            save_role_models(self.role_models, output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -380,37 +366,30 @@ class CollabTrainer(AgentGRPOTrainer):
         if saved != self.schedule:
             raise RecipeError(f"resume: the checkpoint's role schedule {asdict(saved)} differs from this run's "
                               f"{asdict(self.schedule)}")
-        if self._zero3_policies():
-            if d["policies"].get("per_rank") != self.accelerator.num_processes:
-                raise RecipeError(f"resume: {checkpoint} holds separate policies' ZeRO-3 partitions of "
-                                  f"{d['policies'].get('per_rank')} processes, this run has {self.accelerator.num_processes}")
-            part = Path(checkpoint) / ZERO3_POLICIES.format(rank=self.accelerator.process_index)
-            self.policies.load_state_dict(torch.load(part, map_location="cpu", weights_only=True))
-        else:
-            self.policies.load_state_dict(d["policies"])
-        self.algorithm_state = CcpoState.from_state_dict(d["ccpo"])
         try:
-            load_role_models(self.role_models, checkpoint)
-        except (FileNotFoundError, ValueError) as e:
+            self.policies.load(d["policies"], checkpoint, self.accelerator.process_index,
+                               self.accelerator.num_processes)
+        except CheckpointMismatch as e:
             raise RecipeError(str(e)) from None
+        self.algorithm_state = CcpoState.from_state_dict(d["ccpo"])
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         super().save_model(output_dir, _internal_call)
         if _internal_call:
             return
         out = Path(output_dir or self.args.output_dir)
-        if self._zero3_policies():  # gathers and swaps are collective: every rank saves
+        if self.policies.zero3:  # gathers and swaps are collective: every rank saves
             for name in self.policies.names:
-                with self.policies.use(name):
+                with self.policies.use_policy(name):
                     super().save_model(str(out / "policies" / name), _internal_call=True)
         if not self.accelerator.is_main_process:
             return
         (out / "collab.json").write_text(json.dumps(to_dict(self.collab), indent=1))
-        if (self.policies.separate or self.role_models) and not self._zero3_policies():
+        if (self.policies.separate or self.policies.role_models) and not self.policies.zero3:
             for name in self.policies.names:
-                with self.policies.use(name):
+                with self.policies.use_policy(name):
                     super().save_model(str(out / "policies" / name), _internal_call=True)
-        for role, rm in self.role_models.items():  # with its own tokenizer
+        for role, rm in self.policies.role_models.items():  # with its own tokenizer
             d = out / "policies" / self.collab.role(role).policy
             rm.model.save_pretrained(str(d))
             rm.tokenizer.save_pretrained(str(d))

@@ -1,7 +1,7 @@
 """Role-ordered optimizer steps: every role of a collaboration trains on every rollout, each with
 its own policy (``role_schedule: both`` with ``collab_policies: lora | full``).
 
-Separate policies share one model and one optimizer (``agentrl.trainer.policies``): an
+Separate policies share one model and one optimizer (``agentrl.policies.swap``): an
 optimizer step can only train the policy that is loaded. So a rollout's rows are ordered by role
 and its optimizer steps take the roles in turn (Thinker first): with ``k`` optimizer steps per
 rollout (``steps_per_generation / gradient_accumulation_steps``, a multiple of the number of

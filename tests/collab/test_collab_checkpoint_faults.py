@@ -34,8 +34,8 @@ def reference(tmp_path_factory, collab_model_dir):
     ref.train()
     weights = {}
     for name in ("thinker", "solver"):
-        with ref.policies.use(name):
-            weights[name] = {n: p.detach().clone() for n, p in ref.policies.params}
+        with ref.policies.use_policy(name):
+            weights[name] = {n: p.detach().clone() for n, p in ref.policies.swaps.params}
     return ref.algorithm_state.state_dict(), ref.policies.loaded, weights
 
 

@@ -90,8 +90,8 @@ def test_sigkill_after_role_switch_resumes_exactly(tmp_path, collab_model_dir):
     init = load_file(str(Path(collab_model_dir) / "model.safetensors"))
     for name in ("thinker", "solver"):
         got = load_file(str(out / "policies" / name / "model.safetensors"))
-        with ref.policies.use(name):
-            want = {n: p.detach().clone() for n, p in ref.policies.params}
+        with ref.policies.use_policy(name):
+            want = {n: p.detach().clone() for n, p in ref.policies.swaps.params}
         assert set(want) <= set(got)
         for n, p in want.items():
             assert torch.allclose(got[n], p, rtol=0, atol=1e-6), (name, n)

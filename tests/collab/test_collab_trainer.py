@@ -51,8 +51,8 @@ class PolicySnapshots(TrainerCallback):
     def snap(self):
         out = {}
         for name in self.tr.policies.names:
-            with self.tr.policies.use(name):
-                out[name] = {n: p.detach().clone() for n, p in self.tr.policies.params}
+            with self.tr.policies.use_policy(name):
+                out[name] = {n: p.detach().clone() for n, p in self.tr.policies.swaps.params}
         return out
 
     def on_step_end(self, args, state, control, **kw):
@@ -178,8 +178,8 @@ def test_resume_continues_schedule_and_ccpo_state(tmp_path, collab_model_dir, po
     assert res.algorithm_state == ref.algorithm_state and res.algorithm_state.delta.updates == 4
     assert [h["collab/trained_role"] for h in res.state.log_history if "loss" in h][-1] == 1
     for name in ("thinker", "solver"):
-        with ref.policies.use(name), res.policies.use(name):
-            for (n, p), (_, q) in zip(ref.policies.params, res.policies.params, strict=True):
+        with ref.policies.use_policy(name), res.policies.use_policy(name):
+            for (n, p), (_, q) in zip(ref.policies.swaps.params, res.policies.swaps.params, strict=True):
                 assert torch.allclose(p, q, atol=1e-6), (name, n)
 
 

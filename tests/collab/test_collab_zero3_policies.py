@@ -1,4 +1,4 @@
-"""Separate policies under DeepSpeed ZeRO-3 on 2 CPU processes (``agentrl.trainer.policies_zero3``).
+"""Separate policies under DeepSpeed ZeRO-3 on 2 CPU processes (``agentrl.policies.swap_zero3``).
 
 * Trainer runs (``zero3_policies_run.py``: ``agentrl.train`` plus every policy's gathered weights
   after every optimizer step): role blocks of one step (Thinker, Solver, Thinker), so every step
@@ -7,7 +7,7 @@
   policy's weights change only in its own steps (the parked one bit for bit), and a run resumed
   from the checkpoint after step 2 (the Thinker parked on each rank, restored from
   ``collab_policies_rank{r}.pt``) ends with both policies equal to the uninterrupted run's.
-* Exactness (``zero3_slots_run.py``): the swaps on a small model against two independent copies,
+* Exactness (``zero3_swaps_run.py``): the swaps on a small model against two independent copies,
   each with its own AdamW (a single-process run of a recipe is no reference: each rank samples
   its own rollouts).
 
@@ -110,7 +110,7 @@ def test_zero3_separate_policies_both_roles_every_rollout(tmp_path, collab_model
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_zero3_policy_swaps_equal_independent_copies(tmp_path, dtype):
-    """``Zero3PolicySlots`` on a small model under 2-process ZeRO-3 (``zero3_slots_run.py``):
+    """``Zero3SwappedPolicies`` on a small model under 2-process ZeRO-3 (``zero3_swaps_run.py``):
     7 optimizer steps switching policies both ways (and a generation with the other policy before
     each), each policy ending equal to its own copy with its own AdamW. Same inputs on both ranks,
     so the averaged gradient is each rank's own gradient and, in fp32, the result is bit for bit
@@ -120,7 +120,7 @@ def test_zero3_policy_swaps_equal_independent_copies(tmp_path, dtype):
     pytest.importorskip("deepspeed")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(REPO / "accelerate_configs" / "cpu_zero3.yaml"), str(HERE / "zero3_slots_run.py"), str(tmp_path), dtype]
+           str(REPO / "accelerate_configs" / "cpu_zero3.yaml"), str(HERE / "zero3_swaps_run.py"), str(tmp_path), dtype]
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     res = torch.load(tmp_path / "result.pt", weights_only=True)
@@ -151,14 +151,14 @@ def test_separate_policies_need_zero3_without_offload():
 
 
 def test_zero3_slots_swap_only_once_training_started():
-    from agentrl.trainer.policies_zero3 import Zero3PolicySlots, zero3_optimizer
+    from agentrl.policies.swap_zero3 import Zero3SwappedPolicies, zero3_optimizer
 
-    slots = Zero3PolicySlots(("thinker", "solver"))
-    with slots.use("thinker"):  # the loaded policy: nothing to swap
+    swaps = Zero3SwappedPolicies(("thinker", "solver"))
+    with swaps.use("thinker"):  # the loaded policy: nothing to swap
         pass
-    assert not slots.activate("thinker")
-    with pytest.raises(RuntimeError, match="once training started"), slots.use("solver"):
+    assert not swaps.activate("thinker")
+    with pytest.raises(RuntimeError, match="once training started"), swaps.use("solver"):
         pass
     with pytest.raises(ValueError, match="unknown policy"):
-        slots.activate("critic")
+        swaps.activate("critic")
     assert zero3_optimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1)) is None

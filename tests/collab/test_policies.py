@@ -1,4 +1,4 @@
-"""PolicySlots: two policies on one module and one optimizer give, bit for bit, what two modules
+"""SwappedPolicies: two policies on one module and one optimizer give, bit for bit, what two modules
 with two optimizers give (weights and AdamW state), under any role schedule."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from agentrl.trainer.policies import PolicySlots
+from agentrl.policies.swap import SwappedPolicies
 
 
 def _net(seed: int = 0) -> torch.nn.Module:
@@ -35,20 +35,20 @@ def test_swapped_policies_equal_two_separate_models_bit_for_bit():
     ref_opt = {p: torch.optim.AdamW(m.parameters(), lr=0.05, weight_decay=0.1) for p, m in ref.items()}
     model = _net()
     opt = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
-    slots = PolicySlots(model, ("thinker", "solver"), lambda: opt)
+    swaps = SwappedPolicies(model, ("thinker", "solver"), lambda: opt)
     for policy in SCHEDULE:
         _step(ref[policy], ref_opt[policy], policy)
-        slots.activate(policy)
+        swaps.activate(policy)
         _step(model, opt, policy)
         # generating with the other policy leaves the trained one exactly in place
         other = "solver" if policy == "thinker" else "thinker"
         before = [p.detach().clone() for p in model.parameters()]
-        with slots.use(other):
+        with swaps.use(other):
             got = [p.detach().clone() for p in model.parameters()]
             assert all(torch.equal(a, b) for a, b in zip(got, ref[other].parameters(), strict=True))
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     for policy in TARGET:
-        slots.activate(policy)
+        swaps.activate(policy)
         for (n, p), q in zip(model.named_parameters(), ref[policy].parameters(), strict=True):
             assert torch.equal(p, q), (policy, n)
             s, r = opt.state[p], ref_opt[policy].state[q]
@@ -59,11 +59,11 @@ def test_swapped_policies_equal_two_separate_models_bit_for_bit():
 def test_state_dict_round_trip_restores_parked_policy():
     model = _net()
     opt = torch.optim.AdamW(model.parameters(), lr=0.05)
-    slots = PolicySlots(model, ("thinker", "solver"), lambda: opt)
+    swaps = SwappedPolicies(model, ("thinker", "solver"), lambda: opt)
     for policy in SCHEDULE[:4]:
-        slots.activate(policy)
+        swaps.activate(policy)
         _step(model, opt, policy)
-    saved = copy.deepcopy(slots.state_dict())
+    saved = copy.deepcopy(swaps.state_dict())
     assert saved["loaded"] == "solver" and set(saved["parked"]) == {"thinker"}
     weights = copy.deepcopy(model.state_dict())
     opt_state = copy.deepcopy(opt.state_dict())
@@ -72,28 +72,28 @@ def test_state_dict_round_trip_restores_parked_policy():
     model2.load_state_dict(weights)
     opt2 = torch.optim.AdamW(model2.parameters(), lr=0.05)
     opt2.load_state_dict(opt_state)
-    slots2 = PolicySlots(model2, ("thinker", "solver"), lambda: opt2)
-    slots2.load_state_dict(saved)
+    swaps2 = SwappedPolicies(model2, ("thinker", "solver"), lambda: opt2)
+    swaps2.load_state_dict(saved)
     for policy in SCHEDULE[4:]:
-        slots.activate(policy)
+        swaps.activate(policy)
         _step(model, opt, policy)
-        slots2.activate(policy)
+        swaps2.activate(policy)
         _step(model2, opt2, policy)
     for policy in TARGET:
-        slots.activate(policy)
-        slots2.activate(policy)
+        swaps.activate(policy)
+        swaps2.activate(policy)
         assert all(torch.equal(a, b) for a, b in zip(model.parameters(), model2.parameters(), strict=True))
 
 
 def test_errors_are_one_line():
     model = _net()
-    slots = PolicySlots(model, ("a", "b"))
+    swaps = SwappedPolicies(model, ("a", "b"))
     with pytest.raises(ValueError, match="unknown policy 'c'; policies: a, b"):
-        slots.activate("c")
+        swaps.activate("c")
     model(X).sum().backward()
     with pytest.raises(RuntimeError, match="gradients pending"):
-        slots.activate("b")
+        swaps.activate("b")
     with pytest.raises(ValueError, match="checkpoint has policies"):
-        PolicySlots(_net(), ("a", "x")).load_state_dict(PolicySlots(_net(), ("a", "b")).state_dict())
-    single = PolicySlots(_net(), ("shared",))
+        SwappedPolicies(_net(), ("a", "x")).load_state_dict(SwappedPolicies(_net(), ("a", "b")).state_dict())
+    single = SwappedPolicies(_net(), ("shared",))
     assert not single.separate and single.activate("shared") is False

@@ -1,7 +1,7 @@
 """Roles on their own base model (``collab_models``): a heterogeneous pair, e.g. a 7B Thinker with
 a 1.5B Solver (arXiv 2603.21563 Table 3).
 
-``PolicySlots`` swaps policies through one model's parameters, so its policies must share an
+``SwappedPolicies`` swaps policies through one model's parameters, so its policies must share an
 architecture and a tokenizer. A role named in ``collab_models`` instead gets a second model
 object with its own tokenizer and its own optimizer (same class and settings as the Trainer's,
 ``Trainer.get_optimizer_cls_and_kwargs``); the Trainer's model plays and trains the other roles.

@@ -1,4 +1,4 @@
-"""Under ``accelerate launch`` (2 processes, ZeRO-3): ``Zero3PolicySlots`` on a small model against
+"""Under ``accelerate launch`` (2 processes, ZeRO-3): ``Zero3SwappedPolicies`` on a small model against
 two independent copies, each with its own AdamW. Every rank gets the same inputs, so the averaged
 gradient is each rank's own and the copies are the exact reference. Writes ``result.pt`` (rank 0)
 into the folder given as argument: the largest difference per policy, and whether a parked policy
@@ -13,7 +13,7 @@ import deepspeed
 import torch
 from accelerate import Accelerator
 
-from agentrl.trainer.policies_zero3 import Zero3PolicySlots
+from agentrl.policies.swap_zero3 import Zero3SwappedPolicies
 
 SCHEDULE = ["a", "b", "b", "a", "a", "b", "a"]
 """The policy trained at each optimizer step: switches in both directions, runs of several steps."""
@@ -39,11 +39,11 @@ def main(out: str, dtype: str = "fp32") -> None:
     masters_apart = all(a.data_ptr() != b.data_ptr() for a, b in zip(z.fp16_partitioned_groups_flat,
                                                                      z.fp32_partitioned_groups_flat, strict=True))
     masters_back = True
-    slots = Zero3PolicySlots(("a", "b"), lambda: opt)
+    swaps = Zero3SwappedPolicies(("a", "b"), lambda: opt)
     trainable = [(n, p) for n, p in engine.module.named_parameters() if p.requires_grad]
 
     def weights(name):
-        with slots.use(name), deepspeed.zero.GatheredParameters([p for _, p in trainable]):
+        with swaps.use(name), deepspeed.zero.GatheredParameters([p for _, p in trainable]):
             return {n: p.detach().clone() for n, p in trainable}
 
     parked_changed = False
@@ -53,10 +53,10 @@ def main(out: str, dtype: str = "fp32") -> None:
         other = "b" if name == "a" else "a"
         before = weights(other)
         masters = [f.clone() for f in z.fp32_partitioned_groups_flat]
-        with slots.use(other):  # a generation with the other policy
+        with swaps.use(other):  # a generation with the other policy
             engine(x)
         masters_back &= all(torch.equal(a, b) for a, b in zip(masters, z.fp32_partitioned_groups_flat, strict=True))
-        slots.activate(name)
+        swaps.activate(name)
         loss = engine(x).pow(2).mean() + step * 0.1 * engine(x).sum()
         engine.backward(loss)
         engine.step()

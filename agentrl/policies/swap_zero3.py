@@ -1,4 +1,4 @@
-"""Separate policies under DeepSpeed ZeRO-3: ``PolicySlots`` on each rank's partitions.
+"""Separate policies under DeepSpeed ZeRO-3: ``SwappedPolicies`` on each rank's partitions.
 
 ZeRO-3 keeps a parameter's data partitioned: this rank's shard is ``p.ds_tensor`` (``p.data``
 is empty outside a gather). DeepSpeed's ZeRO-3 optimizer (``DeepSpeedZeroOptimizer_Stage3``)
@@ -11,8 +11,8 @@ is keyed by the fp32 flats.
 
 Every policy has the same parameter shapes and the same partitioning, so each rank's flats have
 the same layout for every policy, and a policy is exactly its flats (weights) plus the optimizer
-state of its fp32 flats. ``Zero3PolicySlots`` parks clones of the flats and moves the state
-entries, as ``PolicySlots`` does per parameter:
+state of its fp32 flats. ``Zero3SwappedPolicies`` parks clones of the flats and moves the state
+entries, as ``SwappedPolicies`` does per parameter:
 
 * ``use(name)``: swap the flats (weights only) for a generation, and back after.
 * ``activate(name)``: swap the flats and the optimizer state entries.
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from agentrl.trainer.policies import SlotNames
+from agentrl.policies.swap import PolicyNames
 
 
 def zero3_optimizer(opt: Any) -> Any | None:
@@ -43,11 +43,11 @@ def zero3_optimizer(opt: Any) -> Any | None:
     return None
 
 
-class Zero3PolicySlots(SlotNames):
+class Zero3SwappedPolicies(PolicyNames):
     """The policies of a collaboration over one ZeRO-3 engine (module docstring)."""
 
     def __init__(self, names: tuple[str, ...], optimizer_fn=lambda: None):
-        """As ``SlotNames``; every policy starts from the model's weights."""
+        """As ``PolicyNames``; every policy starts from the model's weights."""
         super().__init__(names, optimizer_fn)
         self.parked: dict[str, list[torch.Tensor]] | None = None
         """Per parked policy, clones of this rank's flats; None until the first swap (every policy
@@ -81,7 +81,7 @@ class Zero3PolicySlots(SlotNames):
             return
         state = z.optimizer.state
         if any(state.get(f) for f in z.fp32_partitioned_groups_flat):
-            raise RuntimeError("Zero3PolicySlots: the loaded policy has stepped before the others were parked")
+            raise RuntimeError("Zero3SwappedPolicies: the loaded policy has stepped before the others were parked")
         self.parked = {name: [f.detach().clone() for f in self._flats(z)] for name in self.names[1:]}
         self.parked_opt = {name: [None] * len(z.fp32_partitioned_groups_flat) for name in self.names[1:]}
 
@@ -94,7 +94,7 @@ class Zero3PolicySlots(SlotNames):
         store = self.parked.pop(name)
         flats = self._flats(z)
         if len(store) != len(flats) or any(s.shape != f.shape for s, f in zip(store, flats, strict=True)):
-            raise RuntimeError("Zero3PolicySlots: the parked partitions do not match this rank's flats")
+            raise RuntimeError("Zero3SwappedPolicies: the parked partitions do not match this rank's flats")
         for f, s in zip(flats, store, strict=True):
             tmp = f.detach().clone()
             f.copy_(s)
@@ -114,7 +114,7 @@ class Zero3PolicySlots(SlotNames):
         if name == self.loaded == self.trained:
             return False
         if self.loaded != self.trained:
-            raise RuntimeError("Zero3PolicySlots.activate inside use(): finish the generation first")
+            raise RuntimeError("Zero3SwappedPolicies.activate inside use(): finish the generation first")
         z = self._zero()
         self._ensure_parked(z)
         state = z.optimizer.state
@@ -134,7 +134,7 @@ class Zero3PolicySlots(SlotNames):
     def state_dict(self) -> dict[str, Any]:
         """This rank's parked partitions and optimizer states, on the CPU (one file per rank)."""
         if self.loaded != self.trained:
-            raise RuntimeError("Zero3PolicySlots.state_dict inside use()")
+            raise RuntimeError("Zero3SwappedPolicies.state_dict inside use()")
         self._ensure_parked(self._zero())
 
         def cpu(st):

@@ -19,7 +19,7 @@ and the trainer's model parameters hold exactly one policy at a time, the *loade
   hold the active policy: one optimizer, one learning-rate schedule, shared by the policies.
 
 ZeRO-3 partitions parameters and flattens optimizer state: there separate policies swap each
-rank's flat partitions and their optimizer state instead (``agentrl.trainer.policies_zero3``,
+rank's flat partitions and their optimizer state instead (``agentrl.policies.swap_zero3``,
 chosen by the trainer under DeepSpeed; stage 3 without offload). The shared policy runs under
 every launch path.
 """
@@ -36,7 +36,7 @@ MODES = ("shared", "lora", "full")
 """How the policies of a collaboration are realised (``collab_policies``)."""
 
 
-class SlotNames:
+class PolicyNames:
     """What every way of holding several policies in one model shares: the names, which policy is
     loaded and which trained, and ``use``. Subclasses swap the tensors (``_swap_weights``)."""
 
@@ -80,11 +80,11 @@ class SlotNames:
             self._swap_weights(back)
 
 
-class PolicySlots(SlotNames):
+class SwappedPolicies(PolicyNames):
     """The policies of a collaboration over one model (module docstring)."""
 
     def __init__(self, model: torch.nn.Module, names: tuple[str, ...], optimizer_fn=lambda: None):
-        """``model``: the unwrapped model; ``names``, ``optimizer_fn``: as ``SlotNames``."""
+        """``model``: the unwrapped model; ``names``, ``optimizer_fn``: as ``PolicyNames``."""
         super().__init__(names, optimizer_fn)
         self.params: list[tuple[str, torch.nn.Parameter]] = [
             (n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -117,10 +117,10 @@ class PolicySlots(SlotNames):
         if name == self.loaded == self.trained:
             return False
         if self.loaded != self.trained:
-            raise RuntimeError("PolicySlots.activate inside use(): finish the generation first")
+            raise RuntimeError("SwappedPolicies.activate inside use(): finish the generation first")
         for _, p in self.params:
             if p.grad is not None:  # a switch between accumulation steps would mix two policies' grads
-                raise RuntimeError("PolicySlots.activate with gradients pending")
+                raise RuntimeError("SwappedPolicies.activate with gradients pending")
         state = self._optimizer_state()
         old = self.trained
         if state is not None:
@@ -144,7 +144,7 @@ class PolicySlots(SlotNames):
         """Everything but the loaded policy's weights and optimizer state (the Trainer's own
         checkpoint files hold those), on the CPU."""
         if self.loaded != self.trained:
-            raise RuntimeError("PolicySlots.state_dict inside use()")
+            raise RuntimeError("SwappedPolicies.state_dict inside use()")
         return {
             "names": list(self.names),
             "loaded": self.loaded,
