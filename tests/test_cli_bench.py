@@ -1,6 +1,7 @@
 """``agentrl bench``: one dispatcher over the benchmarks of ``agentrl/benchmarks/``."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +51,14 @@ def test_rollout_benchmark_through_the_dispatcher(capsys):
     (row,) = json.loads(capsys.readouterr().out)["results"]
     assert row["workers"] == 0 and row["episodes"] == 2 and row["turns"] > 0
     assert main(["rollout", "--workers", "x"]) == 2
+
+
+def test_training_step_benchmark_runs_offline_on_a_tiny_model():
+    """``bench step`` builds its tiny model offline (benchmarks.setup) and reports a real step."""
+    r = subprocess.run([sys.executable, "-m", "agentrl.benchmarks", "step", "--steps", "1", "--rollouts", "4",
+                        "--threads", "1"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (row["model"], row["credit"], row["rollouts_per_step"], row["threads"]) == ("tiny", "grpo", 4, 1)
+    assert row["step_s"] > 0 and row["rollout_s"] > 0 and row["update_s"] > 0

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -98,16 +96,11 @@ def main(argv=None) -> int:
     ap.add_argument("--max_new_tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("WANDB_MODE", "offline")
+    from agentrl.benchmarks.setup import offline_model
+
+    model, tmp = offline_model(a.model, a.threads, "agentrl_collab_bench_", hidden_size=64, num_layers=2)
     import torch
 
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    tmp = Path(tempfile.mkdtemp(prefix="agentrl_collab_bench_"))
-    from agentrl.models import model_or_tiny
-
-    model = model_or_tiny(a.model, tmp / "tiny", hidden_size=64, num_layers=2)
     rows = [run_one(model, c.strip(), a, tmp) for c in a.credits.split(",") if c.strip()]
     print(f"\nThink-Solve, model {a.model}, {a.policies} policies, {a.rollouts} collaborations x "
           f"{a.max_new_tokens} new tokens per role, {torch.get_num_threads()} threads; wall s (CPU s)")

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
-from pathlib import Path
 
 
 def _fingerprint_pass_costs(tr, chunk: int, layer: int) -> tuple[float, float]:
@@ -53,16 +50,11 @@ def main(argv=None) -> int:
     ap.add_argument("--fingerprint_layer", type=int, default=-1)
     ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("WANDB_MODE", "offline")
+    from agentrl.benchmarks.setup import offline_model
+
+    model, tmp = offline_model(a.model, a.threads, "agentrl_bench_")
     import torch
 
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    tmp = Path(tempfile.mkdtemp(prefix="agentrl_bench_"))
-    from agentrl.models import model_or_tiny
-
-    model = model_or_tiny(a.model, tmp / "tiny")
     from agentrl.config import AgentRLConfig, validate_config
     from agentrl.train import build_trainer
 
