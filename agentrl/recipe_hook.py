@@ -21,6 +21,10 @@ stage):
 - different, and the user chose the launch (flags, ``--config_file``, a default config, torchrun):
   train as launched, after one line on stderr naming the difference.
 
+The same line runs in the ``accelerate launch`` process itself (``sys.argv[1] == "launch"``): a
+recipe whose own launch needs GPUs this machine lacks is refused there, in one line and exit 2,
+before accelerate starts a worker (whose failure accelerate would report with a traceback).
+
 ``AGENTRL_RECIPE_HOOK=0`` turns the hook off.
 """
 
@@ -36,7 +40,8 @@ PTH_NAME = "agentrl-recipes.pth"
 PTH_LINE = (
     "import sys; exec('try:\\n from agentrl.recipe_hook import run_if_recipe\\nexcept ImportError:\\n"
     " run_if_recipe = None\\nif run_if_recipe: run_if_recipe()') "
-    "if sys.argv[0:1] and str(sys.argv[0]).endswith(('.yaml', '.yml')) else None\n"
+    "if sys.argv[0:1] and (str(sys.argv[0]).endswith(('.yaml', '.yml')) or sys.argv[1:2] == ['launch']) "
+    "else None\n"
 )
 RELAUNCHED = "AGENTRL_RECIPE_RELAUNCHED"
 # accelerate launch flags that choose how many processes run and how
@@ -162,6 +167,16 @@ def _python_argv() -> list[str]:
     return [sys.executable, *flags]
 
 
+def _refuse_missing_gpus(path: str, cfg_value: str, cfg_file: Path, want: tuple[int, int | None]) -> bool:
+    """Say why the recipe's launch cannot run here (too few GPUs) and return True, else False."""
+    short = missing_gpus(cfg_file)
+    if short:
+        _say(f"the recipe's accelerate_config {cfg_value} ({describe(*want)}) needs {short}: run it on such a "
+             f"node, or choose the launch yourself (e.g. accelerate launch --config_file accelerate_configs/cpu.yaml "
+             f"{path} ...)")
+    return bool(short)
+
+
 def plan(path: str, data: dict, args: list[str], parent_argv: list[str]) -> tuple[str, list[str] | None]:
     """What to do: ("train", None), ("relaunch", accelerate argv), ("exit", None) (a rank other
     than 0 of a launch being re-launched) or ("fail", None) (exit 2: the recipe's launch cannot run
@@ -182,11 +197,7 @@ def plan(path: str, data: dict, args: list[str], parent_argv: list[str]) -> tupl
         return "train", None
     if _rank() != 0:
         return "exit", None  # rank 0 re-launches the whole run
-    short = missing_gpus(cfg_file)
-    if short:
-        _say(f"the recipe's accelerate_config {cfg_value} ({describe(*want)}) needs {short}: run it on such a "
-             f"node, or choose the launch yourself (e.g. accelerate launch --config_file accelerate_configs/cpu.yaml "
-             f"{path} ...)")
+    if _refuse_missing_gpus(path, str(cfg_value), cfg_file, want):
         return "fail", None
     cmd = [*_python_argv(), "-m", "accelerate.commands.launch", "--config_file", str(cfg_file)]
     if have[0] > 1:  # the outer launch's rendezvous holds its port
@@ -195,10 +206,44 @@ def plan(path: str, data: dict, args: list[str], parent_argv: list[str]) -> tupl
     return "relaunch", cmd
 
 
+def refuse_unrunnable_launch(argv: list[str]) -> None:
+    """In the ``accelerate launch`` process (``argv`` its ``sys.argv``): exit 2 with one line when
+    the script is a recipe that the worker would re-launch under its own accelerate_config and that
+    config needs GPUs this machine lacks. A launch the user chose runs as chosen; a recipe whose
+    config is one plain process (e.g. single_gpu.yaml) trains as launched, as the worker decides."""
+    if Path(argv[0]).name not in ("accelerate", "accelerate-launch") or os.environ.get(RELAUNCHED):
+        return
+    path = next((a for a in argv[2:] if a.endswith((".yaml", ".yml"))), None)
+    if path is None or not os.path.isfile(path) or user_chose_launch([sys.executable, *argv]):
+        return
+    from agentrl.recipe_file import RecipeError, read_recipe_file
+
+    try:
+        data = read_recipe_file(path)
+    except RecipeError:
+        return  # the worker reports a broken recipe in its own one line
+    cfg_file = _config_path(str(data.get("accelerate_config") or "")) if "env_id" in data else None
+    if cfg_file is None:
+        return
+    try:
+        want = recipe_launch(cfg_file)
+        refuse = want != (1, None) and _refuse_missing_gpus(path, str(data["accelerate_config"]), cfg_file, want)
+    except (OSError, ValueError):
+        return
+    if refuse:
+        sys.stderr.flush()
+        os._exit(2)
+
+
 def run_if_recipe() -> None:
     """Called from the .pth line: train ``sys.argv[0]`` if it is an agentrl recipe, else return."""
+    if os.environ.get("AGENTRL_RECIPE_HOOK", "1") == "0":
+        return
+    if sys.argv[1:2] == ["launch"] and not sys.argv[0].endswith((".yaml", ".yml")):
+        refuse_unrunnable_launch(sys.argv)
+        return
     path = sys.argv[0]
-    if os.environ.get("AGENTRL_RECIPE_HOOK", "1") == "0" or not os.path.isfile(path):
+    if not os.path.isfile(path):
         return
     from agentrl.recipe_file import RecipeError, read_recipe_file
 

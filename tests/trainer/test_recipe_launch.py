@@ -136,9 +136,25 @@ def test_default_accelerate_config_counts_as_chosen(monkeypatch, tmp_path, capsy
 
 def test_card_command_without_the_gpus_is_one_line(tmp_path):
     # the card's recipe asks for 4 GPUs under ZeRO-3: on a machine without them, one line and exit 2
-    # (under `accelerate launch` accelerate then adds its own report of the exit status)
+    # (under `accelerate launch` the launcher itself refuses: the next test)
     r = subprocess.run([sys.executable, "recipes/alfworld_bipace.yaml"], cwd=REPO,
                        env=_env(tmp_path, CUDA_VISIBLE_DEVICES=""), capture_output=True, text=True, timeout=120)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
     assert "needs 4 GPUs, this machine has 0" in lines[0] and "accelerate_configs/zero3.yaml" in lines[0]
+
+
+def test_card_command_under_accelerate_is_one_line_without_a_traceback(tmp_path):
+    # the card's literal form: the refusal happens in the accelerate process itself, before a
+    # worker starts, so accelerate has no failed worker to report with a traceback
+    accelerate = str(Path(sys.executable).parent / "accelerate")
+    r = subprocess.run([accelerate, "launch", "recipes/alfworld_bipace.yaml"], cwd=REPO,
+                       env=_env(tmp_path, CUDA_VISIBLE_DEVICES=""), capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert lines[0].startswith("agentrl: the recipe's accelerate_config accelerate_configs/zero3.yaml")
+    assert "needs 4 GPUs, this machine has 0" in lines[0]
+    # a launch the user chose is not second-guessed by the launcher: --help still answers
+    h = subprocess.run([accelerate, "launch", "--help"], env=_env(tmp_path), capture_output=True, text=True,
+                       timeout=120)
+    assert h.returncode == 0 and "usage: accelerate <command> [<args>] launch" in h.stdout
