@@ -152,7 +152,7 @@ class AgentRLConfig(GRPOConfig):
         default=None,
         metadata={"help": "A collaboration of roles trained with role-level credit: 'think_solve' or a mapping "
                           "{name, roles: [{name, policy, template, ...}]} (agentrl.collab.spec). Set, training runs "
-                          "agentrl.trainer.CollabTrainer on env agentrl/MathAnswer-v0 with credit shared, ccpo, "
+                          "the collab algorithm (agentrl.algorithms.collab) on env agentrl/MathAnswer-v0 with credit shared, ccpo, "
                           "ccpo_bonus or sepo."},
     )
     collab_policies: str = field(

@@ -7,21 +7,24 @@ each (the data flow is drawn in ``docs/design.md``):
 ``_build_tasks``        dataset rows -> rollout tasks (TRL's RepeatSampler already repeated each
                         task ``num_generations`` times: equal task ids = one group, group id
                         ``s{global_step}:t{task_id}``; groups may straddle ranks)
-``_roll_out``           ``run_episodes`` with one batched ``_generate_single_turn`` call per turn
-                        (TRL's own path: HF generate / vLLM / ZeRO-3 gather), ranks in lock-step;
-                        then the algorithm's ``extra_episodes`` (APPO's branches)
+``_roll_out``           the algorithm's ``roll_out``; by default ``run_episodes`` with one batched
+                        ``_generate_single_turn`` call per turn (TRL's own path: HF generate / vLLM /
+                        ZeRO-3 gather), ranks in lock-step; then its ``extra_episodes`` (APPO's branches)
 ``_shape_rewards``      ``valid_action_reward`` on accepted actions, then the algorithm's
 ``_gather_and_credit``  step records of all ranks -> the algorithm's ``advantages`` -> this rank's slice
-``_episode_rows``       each episode's context turns it into training rows (per-token advantages
-                        where the algorithm gives them)
-``_balance_rows``       the same row count R on every rank (``agentrl.rollout.rows``)
+``row_groups``         (the algorithm's) each episode's context turns it into training rows
+                        (per-token advantages where the algorithm gives them)
+``balance_rows``       (the algorithm's) the same row count R on every rank (``agentrl.rollout.rows``)
 ``_rows_to_batch``      TRL's padded tensors; the rows go into TRL's unchanged loss
 ``_log_metrics``        ``env/*`` (``_episode_metrics``), ``time/*``, ``rows/*``, ``credit/*``
 ``_write_rollouts``     ``save_rollouts``: the global records with their advantages (JSONL)
 
 What differs between algorithms (GRPO-style default, APPO, ...) is an ``agentrl.algorithms``
 plug-in whose hooks these steps call; TRL's loss is reweighted per micro-batch only through the
-algorithm's ``loss_transform`` (``_compute_loss`` below). There is no other trainer subclass.
+algorithm's ``loss_transform`` (``_compute_loss`` below). The micro-batches (``_prepare_inputs``),
+each micro-step (``training_step``), checkpoints and the final model folder call hooks too, so a
+collaboration of roles with per-role policies is the ``collab`` plug-in (``agentrl.algorithms.collab``)
+and the ``agentrl.policies`` store. There is no other trainer subclass.
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ from trl.trainer.utils import pad
 
 from agentrl.algorithms import Advantages, Algorithm, for_config
 from agentrl.config import AgentRLConfig
-from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming, run_episodes
@@ -56,6 +58,7 @@ from agentrl.rollout.rows import (
     row_target,
 )
 from agentrl.rollout.settings import RolloutSettings
+from agentrl.trainer.tasks import _check_fingerprint_layer, build_task_dataset, env_reward
 
 
 # ----------------------------------------------------------------------------------- credit glue
@@ -107,42 +110,6 @@ class Credited:
     def local(self) -> np.ndarray:
         """This rank's advantages, aligned with its episodes' steps."""
         return self.advantages[self.offset: self.offset + self.n_local]
-
-
-def env_reward(prompts=None, completions=None, **kwargs):
-    """Placeholder reward function: GRPOTrainer requires one, but rewards come from the env
-    (step records) and advantages from the credit module; TRL's reward path is never called."""
-    raise RuntimeError("env_reward is a placeholder: AgentGRPOTrainer scores episodes itself")
-
-
-# ----------------------------------------------------------------------------------- dataset
-def build_task_dataset(args: AgentRLConfig):
-    """Training tasks: seeds task_seed_start .. +num_tasks with the recipe's reset options."""
-    from datasets import Dataset
-
-    opts = json.dumps(args.reset_options(), sort_keys=True)
-    seeds = list(range(args.task_seed_start, args.task_seed_start + args.num_tasks))
-    return Dataset.from_dict({
-        "prompt": [f"{args.env_id} seed={s}" for s in seeds],  # TRL expects a prompt column
-        "task_id": list(range(len(seeds))),
-        "task_seed": seeds,
-        "task_options": [opts] * len(seeds),
-    })
-
-
-# ----------------------------------------------------------------------------------- trainer
-def _check_fingerprint_layer(model, layer: int) -> None:
-    """RecipeError unless ``fingerprint_layer`` indexes one of the model's decoder layers."""
-    if isinstance(model, (str, Path)):
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(model)
-    else:
-        config = model.config
-    n = getattr(config, "num_hidden_layers", None)
-    if isinstance(n, int) and not -n <= layer < n:
-        raise RecipeError(f"fingerprint_layer {layer} is out of range for a model with {n} decoder layers "
-                          f"(valid: {-n}..{n - 1})")
 
 
 class AgentGRPOTrainer(GRPOTrainer):

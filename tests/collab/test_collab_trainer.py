@@ -1,4 +1,4 @@
-"""CollabTrainer end to end on a tiny model: Thinker -> Solver rollouts, counterfactuals, SEPO
+"""The collab algorithm plug-in end to end on a tiny model: Thinker -> Solver rollouts, counterfactuals, SEPO
 ratings, role blocks over separate policies (full weights, LoRA), checkpoints and resume.
 
 The env is ``parity_math`` (MathAnswer graded by answer-length parity, so a random model gets
