@@ -152,7 +152,7 @@ class AgentRLConfig(GRPOConfig):
         default=None,
         metadata={"help": "A collaboration of roles trained with role-level credit: 'think_solve' or a mapping "
                           "{name, roles: [{name, policy, template, ...}]} (agentrl.collab.spec). Set, training runs "
-                          "agentrl.trainer.CollabTrainer on env agentrl/MathAnswer-v0 with credit shared, ccpo, "
+                          "the collab algorithm (agentrl.algorithms.collab) on env agentrl/MathAnswer-v0 with credit shared, ccpo, "
                           "ccpo_bonus or sepo."},
     )
     collab_policies: str = field(
@@ -166,7 +166,7 @@ class AgentRLConfig(GRPOConfig):
         metadata={"help": "'blocks': one role trains for role_block_steps optimizer steps, in role order (Thinker "
                           "first; arXiv 2603.21563 Thm. 4.1); 'both': every role on every rollout (one shared policy: "
                           "in the same steps; separate policies: in role-ordered steps, steps_per_generation a "
-                          "multiple of gradient_accumulation_steps x roles; agentrl.trainer.role_steps)."},
+                          "multiple of gradient_accumulation_steps x roles; agentrl.algorithms.role_steps)."},
     )
     role_block_steps: int = field(default=10, metadata={"help": "Optimizer steps per role block (paper: 10)."})
     collab_models: dict | str | None = field(

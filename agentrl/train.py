@@ -98,7 +98,7 @@ def build_trainer(cfg: AgentRLConfig, algorithm=None):
 
     from agentrl.models import resolve_model
     from agentrl.models.lora import build_peft_config
-    from agentrl.trainer import AgentGRPOTrainer, CollabTrainer
+    from agentrl.trainer import AgentGRPOTrainer
 
     model_path = resolve_model(cfg.model_name_or_path)
     try:
@@ -107,9 +107,8 @@ def build_trainer(cfg: AgentRLConfig, algorithm=None):
         raise RecipeError(f"cannot load the tokenizer of {cfg.model_name_or_path}: {first_line(e)}") from None
     if tok.chat_template is None:
         raise RecipeError(f"the tokenizer of {model_path} has no chat template")
-    cls = CollabTrainer if cfg.collab else AgentGRPOTrainer  # several roles and policies: collab_trainer
-    trainer = cls(model=model_path, args=cfg, processing_class=tok, peft_config=build_peft_config(cfg),
-                  algorithm=algorithm)
+    trainer = AgentGRPOTrainer(model=model_path, args=cfg, processing_class=tok, peft_config=build_peft_config(cfg),
+                               algorithm=algorithm)
     _install_callbacks(trainer)
     from agentrl.checkpoints import install_atomic_saves
     from agentrl.runinfo import name_base_model

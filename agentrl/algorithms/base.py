@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     import torch
 
     from agentrl.records import StepRecord
+    from agentrl.rollout.contexts import Row
     from agentrl.rollout.episodes import Episode
+    from agentrl.rollout.rows import RowCounts
 
 
 @dataclass
@@ -61,6 +63,23 @@ class Algorithm:
       ``transforms_loss`` is True;
     * ``metric_episodes(episodes)``: the episodes ``env/*`` metrics are over;
     * ``metrics(trainer) -> dict``: the algorithm's own metrics of the iteration.
+
+    Hooks that decide who plays and what trains (the defaults are the trainer's own steps; the
+    ``collab`` plug-in plays roles with their own policies and trains them in turn):
+
+    * ``roll_out(trainer, tasks) -> list[Episode]``: this rank's episodes of an iteration;
+    * ``row_groups(trainer, episodes, credited, mode) -> list[list[Row]]``: the training rows, in
+      groups that ``balance_rows`` evens out each on its own;
+    * ``balance_rows(trainer, groups, mode) -> (rows, RowCounts)``: the same row count on every rank;
+    * ``pad_id(trainer)``, ``loss_model(trainer)``: the pad id of the rows and the model they train;
+    * ``old_logps(trainer, batch, mode) -> dict``: the batch's old / reference log-probs;
+    * ``regroups_micro_batches(trainer) -> bool``, ``micro_batches(trainer, batch) -> list[dict]``:
+      whether the trainer cuts the rollout's micro-batches itself, and how;
+    * ``begin_micro_step(trainer, model) -> model``, ``end_micro_step(trainer)``: around each
+      training micro-step (the model it trains; an optimizer step of a model TRL does not own);
+    * ``save_checkpoint(trainer, output_dir)``, ``load_checkpoint(trainer, checkpoint, state) ->
+      state``: the algorithm's part of a checkpoint (after TRL's optimizer and scheduler);
+    * ``save_model(trainer, output_dir)``: more files in the final model folder.
     """
 
     name = "grpo"
@@ -100,6 +119,59 @@ class Algorithm:
 
     def metrics(self, trainer) -> dict[str, float]:
         return {}
+
+    # ------------------------------------------------------------------ who plays, what trains
+    def roll_out(self, trainer, tasks: list[dict]) -> list[Episode]:
+        """The current policy plays ``tasks``; then ``extra_episodes``."""
+        episodes = trainer.rollout(tasks)
+        return episodes + self.extra_episodes(trainer, episodes)
+
+    def row_groups(self, trainer, episodes: list[Episode], credited, mode: str) -> list[list[Row]]:
+        """One group: every episode's rows."""
+        return [trainer.episode_rows(episodes, credited)]
+
+    def balance_rows(self, trainer, groups: list[list[Row]], mode: str) -> tuple[list[Row], RowCounts]:
+        """All rows to one count R on every rank (``agentrl.rollout.rows``)."""
+        return trainer.balance_rows([r for g in groups for r in g], mode)
+
+    def pad_id(self, trainer) -> int:
+        """The trainer's tokenizer's pad id."""
+        return trainer._tokenizer.pad_token_id
+
+    def loss_model(self, trainer):
+        """The trainer's model."""
+        return trainer.model
+
+    def old_logps(self, trainer, batch: dict[str, Any], mode: str) -> dict[str, torch.Tensor]:
+        """The trainer's (``AgentGRPOTrainer.logps_for_loss``)."""
+        return trainer.logps_for_loss(batch, mode)
+
+    def regroups_micro_batches(self, trainer) -> bool:
+        """Where the gradient does not depend on it (``AgentGRPOTrainer.groups_rows_by_length``)."""
+        return trainer.groups_rows_by_length()
+
+    def micro_batches(self, trainer, batch: dict[str, Any]) -> list[dict[str, Any]]:
+        """``steps_per_generation`` micro-batches of rows of similar length."""
+        from agentrl.rollout.rows import length_grouped_micro_batches
+
+        return length_grouped_micro_batches(batch, trainer.args.steps_per_generation)
+
+    def begin_micro_step(self, trainer, model):
+        """The micro-step trains ``model``."""
+        return model
+
+    def end_micro_step(self, trainer) -> None:
+        """Nothing after a micro-step."""
+
+    def save_checkpoint(self, trainer, output_dir: str) -> None:
+        """Nothing beyond TRL's checkpoint."""
+
+    def load_checkpoint(self, trainer, checkpoint: str, state: Any) -> Any:
+        """The state as it is."""
+        return state
+
+    def save_model(self, trainer, output_dir: str) -> None:
+        """Nothing beyond TRL's model folder."""
 
 
 _ALGORITHMS: dict[str, type[Algorithm]] = {}

@@ -1,6 +1,6 @@
 """The ``role`` context: one role's turn of a collaboration, played through ``run_episodes``.
 
-A collaboration step (``agentrl.trainer.collab_trainer``) plays each role as its own rollout on
+A collaboration step (``agentrl.algorithms.collab_play``) plays each role as its own rollout on
 the one-step ``agentrl/MathAnswer-v0`` env, with that role's policy generating. The task dict
 carries what the role needs beyond the env's problem::
 

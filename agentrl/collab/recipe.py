@@ -65,7 +65,7 @@ def _answers_once(env_id: str) -> bool:
 
 def _check_role_ordered_steps(cfg, n_roles: int) -> None:
     """``role_schedule: both`` with separate policies trains the roles in turn, one role's rows per
-    optimizer step (``agentrl.trainer.role_steps``): a rollout must hold a whole number of optimizer
+    optimizer step (``agentrl.algorithms.role_steps``): a rollout must hold a whole number of optimizer
     steps per role, and a checkpoint must fall between rollouts (a resume mid-rollout would
     generate a new rollout where the uninterrupted run trains the buffered one's next role)."""
     spg, ga = cfg.steps_per_generation, cfg.gradient_accumulation_steps

@@ -8,7 +8,7 @@ benchmark plus the mean, in points. A run folder is what training's final ``save
 shared policy: the folder itself). An untrained model can play every role of a named
 collaboration instead (``load_run(None, model, collab)``).
 
-The episodes are played as training plays them (``agentrl.trainer.collab_trainer``): each role in
+The episodes are played as training plays them (``agentrl.algorithms.collab_play``): each role in
 order is one ``run_episodes`` rollout with the ``role`` context (``agentrl.collab.context``) on
 ``agentrl/MathAnswer-v0``, the role's policy generating; a role reads the earlier roles' cleaned
 outputs, and the env's verifier grades the last role's answer (reward > 0: correct). A benchmark

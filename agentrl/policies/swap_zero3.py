@@ -34,6 +34,19 @@ import torch
 from agentrl.policies.swap import PolicyNames
 
 
+def check_zero3(accelerator) -> None:
+    """RecipeError unless DeepSpeed runs ZeRO stage 3 without offload (separate policies swap there)."""
+    from agentrl.recipe_file import RecipeError
+
+    plugin = accelerator.state.deepspeed_plugin
+    zero = (plugin.deepspeed_config or {}).get("zero_optimization", {}) if plugin is not None else {}
+    if int(zero.get("stage", 0)) != 3:
+        raise RecipeError("separate policies under DeepSpeed need ZeRO stage 3 (or collab_policies: shared)")
+    for key in ("offload_optimizer", "offload_param"):
+        if (zero.get(key) or {}).get("device", "none") not in ("none", None):
+            raise RecipeError(f"separate policies under ZeRO-3 do not support {key}: set its device to none")
+
+
 def zero3_optimizer(opt: Any) -> Any | None:
     """The ``DeepSpeedZeroOptimizer_Stage3`` under accelerate's / DeepSpeed's wrappers, or None."""
     for _ in range(4):

@@ -7,7 +7,6 @@ from agentrl.trainer.agent_trainer import (
     credit_kwargs,
     credit_requirements,
 )
-from agentrl.trainer.collab_trainer import CollabTrainer
 
-__all__ = ["AgentGRPOTrainer", "CollabTrainer", "build_task_dataset", "compute_credit", "credit_kwargs",
+__all__ = ["AgentGRPOTrainer", "build_task_dataset", "compute_credit", "credit_kwargs",
            "credit_requirements"]

@@ -7,21 +7,24 @@ each (the data flow is drawn in ``docs/design.md``):
 ``_build_tasks``        dataset rows -> rollout tasks (TRL's RepeatSampler already repeated each
                         task ``num_generations`` times: equal task ids = one group, group id
                         ``s{global_step}:t{task_id}``; groups may straddle ranks)
-``_roll_out``           ``run_episodes`` with one batched ``_generate_single_turn`` call per turn
-                        (TRL's own path: HF generate / vLLM / ZeRO-3 gather), ranks in lock-step;
-                        then the algorithm's ``extra_episodes`` (APPO's branches)
+``_roll_out``           the algorithm's ``roll_out``; by default ``run_episodes`` with one batched
+                        ``_generate_single_turn`` call per turn (TRL's own path: HF generate / vLLM /
+                        ZeRO-3 gather), ranks in lock-step; then its ``extra_episodes`` (APPO's branches)
 ``_shape_rewards``      ``valid_action_reward`` on accepted actions, then the algorithm's
 ``_gather_and_credit``  step records of all ranks -> the algorithm's ``advantages`` -> this rank's slice
-``_episode_rows``       each episode's context turns it into training rows (per-token advantages
-                        where the algorithm gives them)
-``_balance_rows``       the same row count R on every rank (``agentrl.trainer.rows``)
+``row_groups``         (the algorithm's) each episode's context turns it into training rows
+                        (per-token advantages where the algorithm gives them)
+``balance_rows``       (the algorithm's) the same row count R on every rank (``agentrl.rollout.rows``)
 ``_rows_to_batch``      TRL's padded tensors; the rows go into TRL's unchanged loss
 ``_log_metrics``        ``env/*`` (``_episode_metrics``), ``time/*``, ``rows/*``, ``credit/*``
 ``_write_rollouts``     ``save_rollouts``: the global records with their advantages (JSONL)
 
 What differs between algorithms (GRPO-style default, APPO, ...) is an ``agentrl.algorithms``
 plug-in whose hooks these steps call; TRL's loss is reweighted per micro-batch only through the
-algorithm's ``loss_transform`` (``_compute_loss`` below). There is no other trainer subclass.
+algorithm's ``loss_transform`` (``_compute_loss`` below). The micro-batches (``_prepare_inputs``),
+each micro-step (``training_step``), checkpoints and the final model folder call hooks too, so a
+collaboration of roles with per-role policies is the ``collab`` plug-in (``agentrl.algorithms.collab``)
+and the ``agentrl.policies`` store. There is no other trainer subclass.
 """
 
 from __future__ import annotations
@@ -41,22 +44,21 @@ from trl.trainer.utils import pad
 
 from agentrl.algorithms import Advantages, Algorithm, for_config
 from agentrl.config import AgentRLConfig
-from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming, run_episodes
 from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
 from agentrl.rollout.metrics import episode_metrics, episode_summary
-from agentrl.rollout.settings import RolloutSettings
-from agentrl.trainer.rows import (
+from agentrl.rollout.rows import (
     RowCounts,
     balance_rows,
     episode_rows,
-    length_grouped_micro_batches,
     per_episode,
     real_token_share,
     row_target,
 )
+from agentrl.rollout.settings import RolloutSettings
+from agentrl.trainer.tasks import _check_fingerprint_layer, build_task_dataset, env_reward
 
 
 # ----------------------------------------------------------------------------------- credit glue
@@ -108,42 +110,6 @@ class Credited:
     def local(self) -> np.ndarray:
         """This rank's advantages, aligned with its episodes' steps."""
         return self.advantages[self.offset: self.offset + self.n_local]
-
-
-def env_reward(prompts=None, completions=None, **kwargs):
-    """Placeholder reward function: GRPOTrainer requires one, but rewards come from the env
-    (step records) and advantages from the credit module; TRL's reward path is never called."""
-    raise RuntimeError("env_reward is a placeholder: AgentGRPOTrainer scores episodes itself")
-
-
-# ----------------------------------------------------------------------------------- dataset
-def build_task_dataset(args: AgentRLConfig):
-    """Training tasks: seeds task_seed_start .. +num_tasks with the recipe's reset options."""
-    from datasets import Dataset
-
-    opts = json.dumps(args.reset_options(), sort_keys=True)
-    seeds = list(range(args.task_seed_start, args.task_seed_start + args.num_tasks))
-    return Dataset.from_dict({
-        "prompt": [f"{args.env_id} seed={s}" for s in seeds],  # TRL expects a prompt column
-        "task_id": list(range(len(seeds))),
-        "task_seed": seeds,
-        "task_options": [opts] * len(seeds),
-    })
-
-
-# ----------------------------------------------------------------------------------- trainer
-def _check_fingerprint_layer(model, layer: int) -> None:
-    """RecipeError unless ``fingerprint_layer`` indexes one of the model's decoder layers."""
-    if isinstance(model, (str, Path)):
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(model)
-    else:
-        config = model.config
-    n = getattr(config, "num_hidden_layers", None)
-    if isinstance(n, int) and not -n <= layer < n:
-        raise RecipeError(f"fingerprint_layer {layer} is out of range for a model with {n} decoder layers "
-                          f"(valid: {-n}..{n - 1})")
 
 
 class AgentGRPOTrainer(GRPOTrainer):
@@ -251,11 +217,12 @@ class AgentGRPOTrainer(GRPOTrainer):
             fingerprints_after=self._fingerprints_after if self.need_fingerprint and self.use_vllm else None)
         return replace(settings, **overrides)
 
-    def rollout(self, tasks: list[dict], **overrides) -> list[Episode]:
-        """Play ``tasks`` with the current policy (collective: all ranks call it together).
+    def rollout(self, tasks: list[dict], generate=None, tokenizer=None, **overrides) -> list[Episode]:
+        """Play ``tasks`` with the current policy (collective: all ranks call it together), or with
+        ``generate`` (token-id prompts -> completions) and its ``tokenizer`` (e.g. a role's policy).
         ``overrides`` are ``RolloutSettings`` fields (e.g. ``env_kwargs``, ``context_mode``)."""
         settings = self.rollout_settings(**overrides)
-        return run_episodes(tasks, self._turn_generate, self.processing_class, settings,
+        return run_episodes(tasks, generate or self._turn_generate, tokenizer or self.processing_class, settings,
                             envs=self._env_pool(settings, len(tasks)), timing=self._timing)
 
     def train(self, *args, **kwargs):
@@ -292,7 +259,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         episodes, rollout_s = self._roll_out(self._build_tasks(inputs))
         self._shape_rewards(episodes)
         credited = self._gather_and_credit(episodes)
-        rows, counts = self._balance_rows(self._episode_rows(episodes, credited), mode)
+        groups = self.algorithm.row_groups(self, episodes, credited, mode)
+        rows, counts = self.algorithm.balance_rows(self, groups, mode)
         out = self._rows_to_batch(rows, mode)
         self._log_metrics(mode, episodes, credited, counts, rollout_s)
         self._write_rollouts(credited)
@@ -315,8 +283,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._gen_tokens = 0
         self._timing = RolloutTiming()
         t0 = time.perf_counter()
-        episodes = self.rollout(tasks)
-        episodes = episodes + self.algorithm.extra_episodes(self, episodes)
+        episodes = self.algorithm.roll_out(self, tasks)
         return episodes, time.perf_counter() - t0
 
     def _shape_rewards(self, episodes: list[Episode]) -> None:
@@ -363,27 +330,19 @@ class AgentGRPOTrainer(GRPOTrainer):
         return Credited(records=records, advantages=adv.per_record, diagnostics=adv.diagnostics, offset=offset,
                         n_local=len(local), seconds=time.perf_counter() - t0, per_token=adv.per_token)
 
-    def _episode_rows(self, episodes: list[Episode], credited: Credited) -> list[Row]:
+    def episode_rows(self, episodes: list[Episode], credited: Credited) -> list[Row]:
         """Training rows of this rank's episodes, each from the context that played it."""
         return [row for ep, adv in per_episode(episodes, credited.local())
                 for row in episode_rows(ep, adv, credited.per_token)]
 
-    def _balance_rows(self, rows: list[Row], mode: str) -> tuple[list[Row], RowCounts]:
-        """The same number of rows on every rank (``agentrl.trainer.rows``)."""
+    def balance_rows(self, rows: list[Row], mode: str) -> tuple[list[Row], RowCounts]:
+        """The same number of rows on every rank (``agentrl.rollout.rows``)."""
         a = self.args
         n_max = max(gather_object([len(rows)])) if self.accelerator.num_processes > 1 else len(rows)
         spg = a.steps_per_generation if mode == "train" else 1
         target = row_target(n_max, a.max_rows_per_rank, spg)
         rng = np.random.default_rng([a.seed, self.state.global_step, self.accelerator.process_index])
-        return balance_rows(rows, target, self._row_pad_id(), rng)
-
-    def _row_pad_id(self) -> int:
-        """Pad token of the training rows (the tokenizer of the model they train)."""
-        return self._tokenizer.pad_token_id
-
-    def _loss_model(self):
-        """The model the training rows train (its log-probs are the old ones)."""
-        return self.model
+        return balance_rows(rows, target, self.algorithm.pad_id(self), rng)
 
     def _episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """``env/*`` metrics over all ranks' episodes (every rank computes the same numbers from
@@ -435,7 +394,7 @@ class AgentGRPOTrainer(GRPOTrainer):
     def _rows_to_batch(self, rows: list[Row], mode: str) -> dict[str, Any]:
         """Rows as TRL's padded tensors, plus old/ref log-probs where TRL's loss needs them."""
         device = self.accelerator.device
-        pad_id = self._row_pad_id()
+        pad_id = self.algorithm.pad_id(self)
         p = [torch.tensor(r.prompt, dtype=torch.long) for r in rows]
         c = [torch.tensor(r.completion, dtype=torch.long) for r in rows]
         prompt_ids = pad(p, padding_value=pad_id, padding_side="left").to(device)
@@ -458,10 +417,10 @@ class AgentGRPOTrainer(GRPOTrainer):
             "advantages": advantages,  # (B, T): _compute_loss uses 2-D advantages as they are
             "num_items_in_batch": num_items,
         }
-        out.update(self._logps_for_loss(out, mode))
+        out.update(self.algorithm.old_logps(self, out, mode))
         return out
 
-    def _logps_for_loss(self, batch: dict[str, Any], mode: str) -> dict[str, torch.Tensor]:
+    def logps_for_loss(self, batch: dict[str, Any], mode: str) -> dict[str, torch.Tensor]:
         """``old_per_token_logps`` when the batch is reused off-policy, ``ref_per_token_logps``
         when ``beta`` > 0 (the PEFT reference is the base model with the adapter disabled)."""
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
@@ -473,7 +432,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         with torch.no_grad():
             if self.args.gradient_accumulation_steps % generate_every != 0:
                 out["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
-                    self._loss_model(), ids, att, keep, batch_size=bs)
+                    self.algorithm.loss_model(self), ids, att, keep, batch_size=bs)
             if self.beta != 0.0:
                 out["ref_per_token_logps"] = self._ref_per_token_logps(ids, att, keep, bs)
         return out
@@ -556,20 +515,42 @@ class AgentGRPOTrainer(GRPOTrainer):
         """TRL's buffering, with its shuffle + equal split replaced by ``length_grouped_micro_batches``
         where that leaves the gradient unchanged (``groups_rows_by_length``): padding waste falls
         from ~50% to a few % on window rows of mixed prompt lengths. Logged: ``rows/real_token_share``."""
-        if not (self.model.training and self.groups_rows_by_length()):
+        if not (self.model.training and self.algorithm.regroups_micro_batches(self)):
             return super()._prepare_inputs(generation_batch)
         spg = self.args.steps_per_generation
         if self._step % (spg * self.num_iterations) == 0 or self._buffered_inputs is None:
             # _buffered_inputs is None right after resuming from a checkpoint
             batch = self._generate_and_score_completions(generation_batch)
-            self._buffered_inputs = length_grouped_micro_batches(batch, spg)
+            self._buffered_inputs = self.algorithm.micro_batches(self, batch)
             self._metrics["train"]["rows/real_token_share"].append(real_token_share(self._buffered_inputs))
         return self._buffered_inputs[self._step % spg]
 
     # ------------------------------------------------------------------ timing
     def training_step(self, model, inputs, num_items_in_batch):
+        """TRL's micro-step on the model the algorithm names (``begin_micro_step``), then the
+        algorithm's ``end_micro_step``."""
+        model = self.algorithm.begin_micro_step(self, model)
         self._gen_in_step = 0.0
         t0 = time.perf_counter()
         out = super().training_step(model, inputs, num_items_in_batch)
         self._metrics["train"]["time/update_s"].append(time.perf_counter() - t0 - self._gen_in_step)
+        self.algorithm.end_micro_step(self)
         return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """TRL's optimizer and scheduler, then the algorithm's part (``save_checkpoint``)."""
+        super()._save_optimizer_and_scheduler(output_dir)
+        self.algorithm.save_checkpoint(self, output_dir)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """TRL's optimizer and scheduler, then the algorithm's part and its state (``load_checkpoint``)."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            self.algorithm_state = self.algorithm.load_checkpoint(self, checkpoint, self.algorithm_state)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """TRL's model folder; the final one (not a checkpoint's) gets the algorithm's files too."""
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call:
+            self.algorithm.save_model(self, output_dir or self.args.output_dir)

@@ -1,5 +1,5 @@
 """``role_schedule: both`` with separate policies (full weights, LoRA): every rollout trains both
-roles, in role-ordered optimizer steps (``agentrl.trainer.role_steps``).
+roles, in role-ordered optimizer steps (``agentrl.algorithms.role_steps``).
 
 The exact reference: two copies of the initial model, each with its own AdamW, replay the
 micro-batches the trainer trained on, the Thinker's on one copy and the Solver's on the other
@@ -33,7 +33,7 @@ def _spy_micro_batches(tr):
     real = tr.compute_loss
 
     def compute_loss(model, inputs, *a, **kw):
-        seen.append((tr.policies.swaps.trained, {k: v.detach().clone() if torch.is_tensor(v) else v
+        seen.append((tr.algorithm.policies.swaps.trained, {k: v.detach().clone() if torch.is_tensor(v) else v
                                            for k, v in inputs.items()}))
         return real(model, inputs, *a, **kw)
 
@@ -67,7 +67,7 @@ def _replay(tr, loss_fn, refs, seen, lrs):
 @pytest.mark.parametrize("policies", ["full", "lora"])
 def test_both_roles_train_every_rollout_each_on_its_own_rows(tmp_path, collab_model_dir, policies):
     tr = build(make_cfg(tmp_path, collab_model_dir, **BOTH, **_lora(policies)))
-    refs = {name: copy.deepcopy(tr.model).train() for name in tr.policies.names}
+    refs = {name: copy.deepcopy(tr.model).train() for name in tr.algorithm.policies.names}
     seen, loss_fn = _spy_micro_batches(tr)
     cb = PolicySnapshots(tr)
     snaps = [cb.snap()]
@@ -91,8 +91,8 @@ def test_both_roles_train_every_rollout_each_on_its_own_rows(tmp_path, collab_mo
     _replay(tr, loss_fn, refs, seen, [h["learning_rate"] for h in logged])
     for name, m in refs.items():
         want = {n: p for n, p in m.named_parameters() if p.requires_grad}
-        with tr.policies.use_policy(name):
-            for n, p in tr.policies.swaps.params:
+        with tr.algorithm.policies.use_policy(name):
+            for n, p in tr.algorithm.policies.swaps.params:
                 assert torch.allclose(p, want[n], rtol=0, atol=1e-6), (name, n, (p - want[n]).abs().max())
 
 
@@ -107,6 +107,6 @@ def test_both_resume_between_rollouts_is_exact(tmp_path, collab_model_dir, polic
     assert res.algorithm_state == ref.algorithm_state and res.algorithm_state.delta.updates == 2
     assert [h["collab/trained_role"] for h in res.state.log_history if "loss" in h][-2:] == [0, 1]
     for name in ("thinker", "solver"):
-        with ref.policies.use_policy(name), res.policies.use_policy(name):
-            for (n, p), (_, q) in zip(ref.policies.swaps.params, res.policies.swaps.params, strict=True):
+        with ref.algorithm.policies.use_policy(name), res.algorithm.policies.use_policy(name):
+            for (n, p), (_, q) in zip(ref.algorithm.policies.swaps.params, res.algorithm.policies.swaps.params, strict=True):
                 assert torch.allclose(p, q, rtol=0, atol=1e-6), (name, n)

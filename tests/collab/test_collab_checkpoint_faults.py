@@ -34,9 +34,9 @@ def reference(tmp_path_factory, collab_model_dir):
     ref.train()
     weights = {}
     for name in ("thinker", "solver"):
-        with ref.policies.use_policy(name):
-            weights[name] = {n: p.detach().clone() for n, p in ref.policies.swaps.params}
-    return ref.algorithm_state.state_dict(), ref.policies.loaded, weights
+        with ref.algorithm.policies.use_policy(name):
+            weights[name] = {n: p.detach().clone() for n, p in ref.algorithm.policies.swaps.params}
+    return ref.algorithm_state.state_dict(), ref.algorithm.policies.loaded, weights
 
 
 def _run(tmp_path, collab_model_dir, reference, points):

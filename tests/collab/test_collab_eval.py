@@ -98,7 +98,7 @@ def test_trained_run_evaluates_from_its_saved_policies(tmp_path, collab_model_di
     tr.model.eval()
     trained = {}
     for name in ("thinker", "solver"):
-        with tr.policies.use_policy(name):
+        with tr.algorithm.policies.use_policy(name):
             trained[name] = _logits(tr.model, ids)
     base = _logits(load_policy(collab_model_dir)[0], ids)
     _, models, _ = load_run(str(run), None, "think_solve")

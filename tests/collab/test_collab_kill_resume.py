@@ -81,7 +81,7 @@ def test_sigkill_after_role_switch_resumes_exactly(tmp_path, collab_model_dir):
     assert [h["step"] for h in logged] == list(range(1, STEPS + 1))
     assert [h["collab/trained_role"] for h in logged] == [0, 0, 1, 1, 0, 0, 1, 1]
     final = torch.load(out / f"checkpoint-{STEPS}" / "collab_state.pt", weights_only=True)
-    assert final["global_step"] == STEPS and final["policies"]["loaded"] == ref.policies.loaded == "solver"
+    assert final["global_step"] == STEPS and final["policies"]["loaded"] == ref.algorithm.policies.loaded == "solver"
     assert dict(final["schedule"], roles=list(final["schedule"]["roles"])) == {
         "roles": ["thinker", "solver"], "kind": "blocks", "block_steps": 2}
     # CCPO's EMA statistics: one update per iteration, equal to the uninterrupted run's
@@ -90,8 +90,8 @@ def test_sigkill_after_role_switch_resumes_exactly(tmp_path, collab_model_dir):
     init = load_file(str(Path(collab_model_dir) / "model.safetensors"))
     for name in ("thinker", "solver"):
         got = load_file(str(out / "policies" / name / "model.safetensors"))
-        with ref.policies.use_policy(name):
-            want = {n: p.detach().clone() for n, p in ref.policies.swaps.params}
+        with ref.algorithm.policies.use_policy(name):
+            want = {n: p.detach().clone() for n, p in ref.algorithm.policies.swaps.params}
         assert set(want) <= set(got)
         for n, p in want.items():
             assert torch.allclose(got[n], p, rtol=0, atol=1e-6), (name, n)

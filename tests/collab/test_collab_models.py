@@ -44,8 +44,8 @@ def _changed(a, b):
 @pytest.mark.parametrize("policies", ["full", "lora"])
 def test_each_model_plays_and_trains_its_own_role(tmp_path, collab_model_dir, collab_other_model_dir, policies):
     tr = build(_cfg(tmp_path, collab_model_dir, collab_other_model_dir, policies))
-    thinker = tr.policies.role_model("thinker")
-    assert tr.policies.names == ("solver",) and thinker.model.config.hidden_size == 48
+    thinker = tr.algorithm.policies.role_model("thinker")
+    assert tr.algorithm.policies.names == ("solver",) and thinker.model.config.hidden_size == 48
     assert thinker.model.get_input_embeddings().num_embeddings != tr.model.get_input_embeddings().num_embeddings
     ref = copy.deepcopy(thinker.model)
     seen, loss_fn = _spy_micro_batches(tr)
@@ -115,7 +115,7 @@ def test_resume_restores_the_role_model_and_its_optimizer(tmp_path, collab_model
     res = build(_cfg(tmp_path, collab_model_dir, collab_other_model_dir, policies, overwrite_output_dir=False))
     res.train(resume_from_checkpoint=str(ckpt))
     assert res.algorithm_state == ref.algorithm_state
-    pairs = [(ref.policies.role_model("thinker").model, res.policies.role_model("thinker").model), (ref.model, res.model)]
+    pairs = [(ref.algorithm.policies.role_model("thinker").model, res.algorithm.policies.role_model("thinker").model), (ref.model, res.model)]
     for m_ref, m_res in pairs:
         for (n, p), (_, q) in zip(m_ref.named_parameters(), m_res.named_parameters(), strict=True):
             assert torch.allclose(p, q, rtol=0, atol=1e-6), n

@@ -1,4 +1,4 @@
-"""CollabTrainer end to end on a tiny model: Thinker -> Solver rollouts, counterfactuals, SEPO
+"""The collab algorithm plug-in end to end on a tiny model: Thinker -> Solver rollouts, counterfactuals, SEPO
 ratings, role blocks over separate policies (full weights, LoRA), checkpoints and resume.
 
 The env is ``parity_math`` (MathAnswer graded by answer-length parity, so a random model gets
@@ -50,9 +50,9 @@ class PolicySnapshots(TrainerCallback):
 
     def snap(self):
         out = {}
-        for name in self.tr.policies.names:
-            with self.tr.policies.use_policy(name):
-                out[name] = {n: p.detach().clone() for n, p in self.tr.policies.swaps.params}
+        for name in self.tr.algorithm.policies.names:
+            with self.tr.algorithm.policies.use_policy(name):
+                out[name] = {n: p.detach().clone() for n, p in self.tr.algorithm.policies.swaps.params}
         return out
 
     def on_step_end(self, args, state, control, **kw):
@@ -76,7 +76,7 @@ def test_each_policy_changes_only_in_its_own_blocks(tmp_path, collab_model_dir, 
     cfg = make_cfg(tmp_path, collab_model_dir, collab_policies=policies, use_peft=policies == "lora",
                    save_rollouts=True, lora_r=4, lora_alpha=8, lora_dropout=0.0)
     tr = build(cfg)
-    assert tr.policies.names == ("thinker", "solver")
+    assert tr.algorithm.policies.names == ("thinker", "solver")
     base = {n: p.detach().clone() for n, p in tr.model.named_parameters() if not p.requires_grad}
     snaps = _run_with_snapshots(tr)
     # blocks of 2 steps, Thinker first: steps 1-2 train the Thinker, steps 3-4 the Solver
@@ -130,7 +130,7 @@ def test_shared_policy_sepo_gspo_both_roles_every_step(tmp_path, collab_model_di
                    importance_sampling_level="sequence",
                    env_kwargs={"tasks": ["basic_arithmetic"], "size": 16, "scale": "pm1"})
     tr = build(cfg)
-    assert tr.policies.names == ("shared",)
+    assert tr.algorithm.policies.names == ("shared",)
     tr.train()
     lr = tr.last_rollout
     solver = [r for r in lr["records"] if r.info["role"] == "solver"]
@@ -178,8 +178,8 @@ def test_resume_continues_schedule_and_ccpo_state(tmp_path, collab_model_dir, po
     assert res.algorithm_state == ref.algorithm_state and res.algorithm_state.delta.updates == 4
     assert [h["collab/trained_role"] for h in res.state.log_history if "loss" in h][-1] == 1
     for name in ("thinker", "solver"):
-        with ref.policies.use_policy(name), res.policies.use_policy(name):
-            for (n, p), (_, q) in zip(ref.policies.swaps.params, res.policies.swaps.params, strict=True):
+        with ref.algorithm.policies.use_policy(name), res.algorithm.policies.use_policy(name):
+            for (n, p), (_, q) in zip(ref.algorithm.policies.swaps.params, res.algorithm.policies.swaps.params, strict=True):
                 assert torch.allclose(p, q, atol=1e-6), (name, n)
 
 

@@ -139,15 +139,15 @@ def _accelerator(zero: dict):
 
 
 def test_separate_policies_need_zero3_without_offload():
+    from agentrl.policies.swap_zero3 import check_zero3
     from agentrl.recipe_file import RecipeError
-    from agentrl.trainer.collab_trainer import _check_zero3
 
-    _check_zero3(_accelerator({"stage": 3, "offload_optimizer": {"device": "none"}}))
+    check_zero3(_accelerator({"stage": 3, "offload_optimizer": {"device": "none"}}))
     with pytest.raises(RecipeError, match="ZeRO stage 3"):
-        _check_zero3(_accelerator({"stage": 2}))
+        check_zero3(_accelerator({"stage": 2}))
     for key in ("offload_optimizer", "offload_param"):
         with pytest.raises(RecipeError, match=key):
-            _check_zero3(_accelerator({"stage": 3, key: {"device": "cpu"}}))
+            check_zero3(_accelerator({"stage": 3, key: {"device": "cpu"}}))
 
 
 def test_zero3_slots_swap_only_once_training_started():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from agentrl.algorithms.role_steps import RoleSteps
 from agentrl.rollout.contexts import Row
-from agentrl.trainer.role_steps import RoleSteps
 
 
 def test_role_at_walks_the_roles_in_turn():

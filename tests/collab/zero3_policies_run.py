@@ -24,10 +24,10 @@ class Snapshots(TrainerCallback):
         tr = self.trainer
         named = [(n, p) for n, p in tr.model.named_parameters() if p.requires_grad]
         got = {}
-        for name in tr.policies.names:
-            with tr.policies.use_policy(name), deepspeed.zero.GatheredParameters([p for _, p in named]):
+        for name in tr.algorithm.policies.names:
+            with tr.algorithm.policies.use_policy(name), deepspeed.zero.GatheredParameters([p for _, p in named]):
                 got[name] = {n: p.detach().clone() for n, p in named}
-        self.snaps.append({"step": step, "trained": tr.policies.swaps.trained, "weights": got})
+        self.snaps.append({"step": step, "trained": tr.algorithm.policies.swaps.trained, "weights": got})
 
     def on_train_begin(self, args, state, control, **kw):
         self.snap(state.global_step)

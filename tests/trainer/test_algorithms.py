@@ -65,3 +65,49 @@ def test_default_hooks_are_the_credit_module_and_identity():
     out, metrics = algo.loss_transform(None, torch.zeros(1, 2), inputs)
     assert out is inputs["advantages"] and metrics == {}
     assert not algo.transforms_loss and algo.extra_episodes(None, []) == []
+
+
+def test_default_play_and_train_hooks_are_the_trainers_own_steps():
+    # the hooks the collab plug-in overrides: by default each is the trainer's own step, so GRPO and
+    # APPO runs take the same path as before the hooks existed
+    calls = []
+
+    class Host:  # what the default hooks ask of the trainer
+        model = "the model"
+
+        class _tokenizer:
+            pad_token_id = 7
+
+        def rollout(self, tasks):
+            calls.append(("rollout", tasks))
+            return ["ep0"]
+
+        def episode_rows(self, episodes, credited):
+            return ["row0", "row1"]
+
+        def balance_rows(self, rows, mode):
+            calls.append(("balance", rows, mode))
+            return rows, "counts"
+
+        def logps_for_loss(self, batch, mode):
+            return {"old": batch["x"]}
+
+        def groups_rows_by_length(self):
+            return True
+
+    class Branching(Algorithm):
+        def extra_episodes(self, trainer, episodes):
+            return ["branch of " + episodes[0]]
+
+    host = Host()
+    assert Branching(_cfg()).roll_out(host, ["t"]) == ["ep0", "branch of ep0"] and calls == [("rollout", ["t"])]
+    algo = Algorithm(_cfg())
+    groups = algo.row_groups(host, ["ep0"], None, "train")
+    assert groups == [["row0", "row1"]]
+    assert algo.balance_rows(host, [["a"], ["b", "c"]], "eval") == (["a", "b", "c"], "counts")
+    assert calls[-1] == ("balance", ["a", "b", "c"], "eval")
+    assert algo.pad_id(host) == 7 and algo.loss_model(host) == "the model"
+    assert algo.old_logps(host, {"x": 1}, "train") == {"old": 1} and algo.regroups_micro_batches(host)
+    assert algo.begin_micro_step(host, "m") == "m" and algo.end_micro_step(host) is None
+    assert algo.load_checkpoint(host, "ckpt", "s0") == "s0"
+    assert algo.save_checkpoint(host, "out") is None and algo.save_model(host, "out") is None

@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_trainer import make_cfg, make_trainer
 
-from agentrl.trainer.rows import length_grouped_micro_batches, real_token_share, trim_padding
+from agentrl.rollout.rows import length_grouped_micro_batches, real_token_share, trim_padding
 
 
 def test_trim_padding_by_hand():

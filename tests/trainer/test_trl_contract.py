@@ -31,6 +31,10 @@ def test_private_method_signatures():
     assert _params(GRPOTrainer._compute_loss) == ["self", "model", "inputs"]
     assert _params(GRPOTrainer._prepare_inputs) == ["self", "generation_batch"]
     assert _params(GRPOTrainer.training_step)[:4] == ["self", "model", "inputs", "num_items_in_batch"]
+    # the algorithm's checkpoint hooks run after Trainer's own optimizer / scheduler save and load
+    assert _params(GRPOTrainer._save_optimizer_and_scheduler) == ["self", "output_dir"]
+    assert _params(GRPOTrainer._load_optimizer_and_scheduler) == ["self", "checkpoint"]
+    assert _params(GRPOTrainer.save_model) == ["self", "output_dir", "_internal_call"]
 
 
 def test_overridden_trl_methods_are_the_pinned_ones():
@@ -42,7 +46,8 @@ def test_overridden_trl_methods_are_the_pinned_ones():
 
     overridden = sorted(n for n, v in vars(AgentGRPOTrainer).items() if callable(v) and hasattr(GRPOTrainer, n))
     assert overridden == ["__init__", "_compute_loss", "_generate_and_score_completions",
-                          "_get_per_token_logps_and_entropies", "_prepare_inputs", "train", "training_step"]
+                          "_get_per_token_logps_and_entropies", "_load_optimizer_and_scheduler", "_prepare_inputs",
+                          "_save_optimizer_and_scheduler", "save_model", "train", "training_step"]
 
 
 def test_prepare_inputs_buffers_and_splits_generation_batch():

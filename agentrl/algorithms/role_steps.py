@@ -1,4 +1,4 @@
-"""Role-ordered optimizer steps: every role of a collaboration trains on every rollout, each with
+"""Which roles train when: ``RoleSchedule`` (role blocks or every role) and role-ordered optimizer steps: every role of a collaboration trains on every rollout, each with
 its own policy (``role_schedule: both`` with ``collab_policies: lora | full``).
 
 Separate policies share one model and one optimizer (``agentrl.policies.swap``): an
@@ -25,13 +25,30 @@ import numpy as np
 import torch
 
 from agentrl.rollout.contexts import Row
-from agentrl.trainer.rows import (
+from agentrl.rollout.rows import (
     RowCounts,
     balance_rows,
     length_grouped_micro_batches,
     row_target,
     trim_padding,
 )
+
+
+@dataclass(frozen=True)
+class RoleSchedule:
+    """Which roles train at an optimizer step (pure in the step, so a resume continues it)."""
+
+    roles: tuple[str, ...]
+    """Role names in acting order."""
+    kind: str = "blocks"
+    """'blocks': one role per block of ``block_steps`` steps, in order; 'both': every role."""
+    block_steps: int = 10
+    """Steps per block (arXiv 2603.21563 Theorem 4.1 and the authors' code: 10)."""
+
+    def trained(self, step: int) -> tuple[str, ...]:
+        if self.kind == "both":
+            return self.roles
+        return (self.roles[(step // self.block_steps) % len(self.roles)],)
 
 
 @dataclass(frozen=True)
