@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from agentrl_envs.swe.sandbox import sandbox_problem
 
+from agentrl.benchmarks.appo_warm import ENV_ID, ENV_KWARGS, corpus, expert_episodes, expert_generate
 from agentrl.rollout import InProcessEnvs, RolloutSettings, run_episodes
 from agentrl.rollout.branching import BranchStart, branch_start, branch_task
 from agentrl.rollout.prompts import decode_response, encode
-from agentrl.benchmarks.appo_warm import ENV_ID, ENV_KWARGS, corpus, expert_episodes, expert_generate
 
 SETTINGS = RolloutSettings(env_id=ENV_ID, env_kwargs=ENV_KWARGS, context_mode="branch", prefill="",
                            max_prompt_tokens=4096)

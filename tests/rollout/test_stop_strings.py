@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from agentrl.benchmarks.appo_warm import ENV_ID, ENV_KWARGS, corpus
 from agentrl.config import AgentRLConfig
 from agentrl.rollout import InProcessEnvs, RolloutSettings, run_episodes
 from agentrl.rollout.prompts import cut_at_stop, decode_response, encode
-from agentrl.benchmarks.appo_warm import ENV_ID, ENV_KWARGS, corpus
 
 STOPS = ("</python>", "</search>", "</answer>")
 TAIL = "\nThe result is 7.\n<answer>\\boxed{7}</answer>"
