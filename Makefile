@@ -97,7 +97,7 @@ truth: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.truth --out runs/truth --force $(TRUTH_ARGS)
 
 lint: setup
-	$(BIN)/ruff check agentrl tests
+	$(BIN)/ruff check agentrl envs tests
 
 bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.benchmarks credit --records 100000 --repeats 7
