@@ -322,7 +322,19 @@ def main(argv: list[str] | None = None) -> int:
         from agentrl.runinfo import mark_finished
 
         mark_finished(cfg.output_dir, trainer.state.global_step)
+    _leave_together(trainer)
     return 0
+
+
+def _leave_together(trainer) -> None:
+    """Every rank waits for the others, then closes the process group: a rank that exits while
+    the group's background threads still run can abort ("terminate called without an active
+    exception") and fail a run that has finished and saved."""
+    import torch.distributed as dist
+
+    trainer.accelerator.wait_for_everyone()
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
