@@ -63,7 +63,8 @@ demo: setup
 demo-quick: setup
 	$(BIN)/python -m agentrl.demo --out runs/demo-quick --quick
 
-# The arena (agentrl/arena.py) on the demo task: every estimator from the demo's seed-0 warm start.
+# The arena (agentrl/arena.py) on the demo task: every estimator from the demo's seed-0 warm start,
+# on the goals the demo practises (RL moves success there), evaluated on their fresh draws.
 ARENA_ESTIMATORS ?= grpo,rloo,gigpo,hgpo,bigpo:embedder=hash_ngram,bipace_q,rtmc,salt
 ARENA_SEEDS ?= 0,1,2
 # 24 runs x 20 steps fit about 90 minutes of 2 idle cores; 40 steps take twice that
@@ -72,14 +73,15 @@ ARENA_WORKERS ?= 2
 arena: setup
 	$(BIN)/python -m agentrl.demo --warm-only --out runs/arena/warm
 	$(BIN)/python -m agentrl arena recipes/demo_tiny.yaml --warm-start runs/arena/warm/sft \
+	  --practised runs/arena/warm/practised.json \
 	  --estimators $(ARENA_ESTIMATORS) --seeds $(ARENA_SEEDS) --steps $(ARENA_STEPS) --eval-every 10 \
-	  --eval-episodes 59 --baseline grpo --workers $(ARENA_WORKERS) --out runs/arena
+	  --baseline grpo --workers $(ARENA_WORKERS) --out runs/arena
 
 arena-quick: setup
 	$(BIN)/python -m agentrl.demo --warm-only --quick --out runs/arena-quick/warm
 	$(BIN)/python -m agentrl arena recipes/demo_tiny.yaml --warm-start runs/arena-quick/warm/sft \
-	  --estimators grpo,gigpo --seeds 0 --steps 2 --eval-every 1 --eval-episodes 8 --workers 2 \
-	  --out runs/arena-quick
+	  --practised runs/arena-quick/warm/practised.json \
+	  --estimators grpo,gigpo --seeds 0 --steps 2 --eval-every 1 --workers 2 --out runs/arena-quick
 
 test: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests

@@ -233,6 +233,20 @@ def _check_contender(cfg) -> None:
         _check_fingerprint_layer(cfg.model_name_or_path, cfg.fingerprint_layer)
 
 
+def _read_practised(path: str) -> dict[str, Any]:
+    """The goals to race on and their evaluation seeds, as ``agentrl.demo --warm-only`` wrote them."""
+    try:
+        d = json.loads(Path(path).read_text())
+        goals, seeds = d["goals"], d["eval_seeds"]
+        split, families = d["eval_split"], d["families"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ArenaError(f"--practised {path}: not a practised-goals file ({type(e).__name__}: {e}); "
+                         "`python -m agentrl.demo --warm-only --out DIR` writes DIR/practised.json") from None
+    if not (goals and seeds and all(isinstance(x, int) for x in goals + seeds)):
+        raise ArenaError(f"--practised {path}: goals and eval_seeds must be non-empty lists of integers")
+    return {"goals": goals, "eval_seeds": seeds, "eval_split": split, "families": families}
+
+
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="agentrl arena", description=__doc__.split("\n\n")[0])
     p.add_argument("recipe", help="training recipe (YAML); only credit, credit_kwargs and seed vary")
@@ -250,6 +264,9 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threshold", type=float, default=None,
                    help="success (%%) for steps-to-threshold (default: warm start + 10 points)")
     p.add_argument("--baseline", default=None, help="estimator label the others are compared with (default: the first)")
+    p.add_argument("--practised", default=None, metavar="PRACTISED_JSON",
+                   help="race on a demo's practised goals (`agentrl.demo --warm-only` writes OUT/practised.json): "
+                        "RL on its goals, evaluation on its fresh draws instead of --eval-split/--eval-episodes")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra recipe override for every run (e.g. --set learning_rate=1e-4)")
     return both_spellings(p).parse_args(argv)
@@ -274,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
             if not eq:
                 raise ArenaError(f"--set takes KEY=VALUE, got {s!r}")
             extra += [f"--{k}", v]
+        practised = _read_practised(args.practised) if args.practised else None
+        if practised:
+            extra += ["--task_seeds", *map(str, practised["goals"])]
         overrides = list(extra) + (["--model_name_or_path", args.warm_start] if args.warm_start else [])
         cfg = load_recipe(args.recipe, overrides)
         for c in contenders:  # every contender's recipe is checked before any run starts
@@ -289,7 +309,13 @@ def main(argv: list[str] | None = None) -> int:
         print("agentrl arena: --steps (or the recipe's max_steps) must be >= 1", file=sys.stderr)
         return 2
     warm = str(Path(cfg.model_name_or_path).resolve()) if Path(cfg.model_name_or_path).is_dir() else cfg.model_name_or_path
-    heldout = HeldOutSettings.from_config(cfg, args.eval_split, args.eval_episodes).to_dict()
+    if practised:
+        hs = HeldOutSettings.from_config(cfg, practised["eval_split"], len(practised["eval_seeds"]),
+                                         practised["families"])
+        hs.seeds = list(practised["eval_seeds"])
+    else:
+        hs = HeldOutSettings.from_config(cfg, args.eval_split, args.eval_episodes)
+    heldout = hs.to_dict()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     specs = [RunSpec(str(Path(args.recipe).resolve()), warm, c, s, str(out / "runs" / c.slug / f"seed{s}"),
@@ -309,7 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     threshold = args.threshold if args.threshold is not None else warm_res["success"] + 10.0
     summary = summarize(results, warm_res, [c.label for c in contenders], seeds, baseline, threshold, steps)
-    summary.update(recipe=args.recipe, warm_start=warm, heldout=heldout, wall_s=wall, workers=args.workers)
+    summary.update(recipe=args.recipe, warm_start=warm, heldout=heldout, wall_s=wall, workers=args.workers,
+                   eval_set=(f"fresh draws of {len(practised['goals'])} practised goals ({len(hs.seeds)} episodes)"
+                             if practised else f"{len(hs.seeds or []) or hs.episodes} held-out tasks ({hs.split})"))
     write_outputs(summary, out)
     print((out / "arena.md").read_text())
     print(f"[arena] wrote {out / 'arena.md'}, arena.json, curves.png, steps_to_threshold.png "

@@ -76,15 +76,18 @@ def estimator_row(runs: list[dict[str, Any]], base_runs: dict[int, dict[str, Any
     row["auc"], row["auc_se"] = mean_se([auc(c, last_step) for c in curves])
     row["steps_to_threshold"] = reach
     row["median_steps_to_threshold"] = median_steps(reach)
-    diffs, win_pairs_b, win_pairs_e = [], [], []
+    diffs, auc_diffs, win_pairs_b, win_pairs_e = [], [], [], []
     for r in runs:
         b = base_runs.get(r["seed"])
         if not (b and b["curve"] and r["curve"]):
             continue
         diffs.append(r["curve"][-1]["success"] - b["curve"][-1]["success"])
+        auc_diffs.append(auc(_curve(r, warm), last_step) - auc(_curve(b, warm), last_step))
         win_pairs_b += b["curve"][-1]["wins"]
         win_pairs_e += r["curve"][-1]["wins"]
     row["diff_to_baseline"], row["diff_se_seeds"] = mean_se(diffs)
+    row["auc_diff"], row["auc_diff_se"] = mean_se(auc_diffs)
+    row["paired_seeds"] = len(diffs)
     row["diff_se_tasks"] = paired_difference(win_pairs_b, win_pairs_e)[1] if win_pairs_b else None
     diag_keys = sorted({k for r in runs for k in r.get("train_log", {})})
     row["train"] = {k: mean_se([r["train_log"][k] for r in runs if k in r.get("train_log", {})])[0]
@@ -94,19 +97,26 @@ def estimator_row(runs: list[dict[str, Any]], base_runs: dict[int, dict[str, Any
     return row
 
 
-def verdict(row: dict[str, Any], is_baseline: bool) -> str:
-    """Whether the difference to the baseline is resolved by the data (|d| > 2 s.e.)."""
-    if is_baseline:
-        return "baseline"
-    d = row["diff_to_baseline"]
-    se = row["diff_se_seeds"] if row["diff_se_seeds"] is not None else row["diff_se_tasks"]
-    if se is None or math.isnan(d):
-        return "n/a"
-    if se == 0:
-        return "equal" if d == 0 else ("better" if d > 0 else "worse")
-    if abs(d) <= 2 * se:
-        return "not resolved"
-    return "better" if d > 0 else "worse"
+def verdicts(rows: dict[str, dict[str, Any]], baseline: str, alpha: float = 0.05) -> None:
+    """Set each row's ``verdict`` (final success) and ``auc_verdict`` against the baseline, Holm-
+    corrected over the estimators compared (each metric one family): ``better``/``worse`` when the
+    adjusted two-sided p is below ``alpha``, else ``not resolved``; ``n/a`` without an s.e. The
+    p-value is Student's t over seeds (n - 1 degrees of freedom) or, with one seed, normal over
+    (seed, task) pairs (final success only)."""
+    others = [lab for lab in rows if lab != baseline]
+    for key, (d_key, se_key) in {"verdict": ("diff_to_baseline", "diff_se_seeds"),
+                                 "auc_verdict": ("auc_diff", "auc_diff_se")}.items():
+        diffs, dfs = {}, {}
+        for lab in others:
+            r = rows[lab]
+            se, df = r[se_key], r["paired_seeds"] - 1
+            if se is None and key == "verdict":
+                se, df = r["diff_se_tasks"], None
+            diffs[lab], dfs[lab] = (r[d_key], se), df
+        for lab, (v, p) in holm_verdicts(diffs, alpha, dfs).items():
+            rows[lab][key], rows[lab][f"{key}_p_holm"] = v, p
+        if baseline in rows:
+            rows[baseline][key], rows[baseline][f"{key}_p_holm"] = "baseline", None
 
 
 def summarize(results: list[dict[str, Any]], warm: dict[str, Any], labels: list[str], seeds: list[int],
@@ -117,9 +127,9 @@ def summarize(results: list[dict[str, Any]], warm: dict[str, Any], labels: list[
     rows = {}
     for lab in labels:
         row = estimator_row(by[lab], base_runs, warm, threshold, last_step)
-        row["verdict"] = verdict(row, lab == baseline)
         row["curves"] = {r["seed"]: _curve(r, warm) for r in by[lab]}
         rows[lab] = row
+    verdicts(rows, baseline)
     return {"estimators": rows, "baseline": baseline, "threshold": threshold, "seeds": seeds,
             "steps": last_step, "warm_start_success": warm["success"]}
 
@@ -130,32 +140,43 @@ def _fmt(m: float | None, se: float | None, nd: int = 1) -> str:
     return f"{m:.{nd}f}" + (f" ± {se:.{nd}f}" if se is not None else "")
 
 
+def _p(p: float | None) -> str:
+    return "" if p is None or math.isnan(p) else f" (p {p:.3f})"
+
+
 def markdown(summary: dict[str, Any]) -> str:
-    """``arena.md``: one row per estimator."""
+    """``arena.md``: one row per estimator, then what the verdicts mean."""
     n = len(summary["seeds"])
     thr = summary["threshold"]
-    lines = [f"Held-out success (%), mean ± s.e. over {n} seed(s); warm start {summary['warm_start_success']:.1f}; "
+    what = summary.get("eval_set", "held-out tasks")
+    lines = [f"Success (%) on {what}, mean ± s.e. over {n} seed(s); warm start {summary['warm_start_success']:.1f}; "
              f"threshold {thr:.1f}; baseline `{summary['baseline']}`; {summary['steps']} RL steps.", "",
-             "| estimator | final | best | AUC | median steps to threshold (never) | diff to baseline "
-             "(s.e. seeds / tasks) | verdict | singleton frac | step-signal frac | PACE branch frac | s/step |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| estimator | final | best | AUC | median steps to threshold (never) | final diff to baseline "
+             "(s.e. seeds / tasks) | verdict (Holm p) | AUC diff (s.e.) | verdict (Holm p) | singleton frac "
+             "| step-signal frac | PACE branch frac | s/step |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for lab, r in summary["estimators"].items():
         never = sum(v is None for v in r["steps_to_threshold"])
         med = r["median_steps_to_threshold"]
-        med_s = f"{med:.0f}" if med is not None else f"> {summary['steps']}"
+        med_s = f"{med:.0f}" if med is not None else f"never in {summary['steps']}"
         se_t = f"{r['diff_se_tasks']:.1f}" if r["diff_se_tasks"] is not None else "-"
         se_s = f"{r['diff_se_seeds']:.1f}" if r["diff_se_seeds"] is not None else "-"
+        se_a = f"{r['auc_diff_se']:.1f}" if r["auc_diff_se"] is not None else "-"
         t = r["train"]
         diag = [f"{t[k]:.3f}" if k in t else "-" for k in
                 ("credit/singleton_frac", "credit/step_signal_frac", "credit/pace_branch_frac")]
         sps = f"{r['s_per_step']:.1f}" if r["s_per_step"] else "-"
         lines.append(f"| {lab} | {_fmt(r['final'], r['final_se'])} | {_fmt(r['best'], r['best_se'])} | "
                      f"{_fmt(r['auc'], r['auc_se'])} | {med_s} ({never}/{len(r['steps_to_threshold'])}) | "
-                     f"{r['diff_to_baseline']:+.1f} ({se_s} / {se_t}) | {r['verdict']} | "
+                     f"{r['diff_to_baseline']:+.1f} ({se_s} / {se_t}) | {r['verdict']}{_p(r.get('verdict_p_holm'))} | "
+                     f"{r['auc_diff']:+.1f} ({se_a}) | {r['auc_verdict']}{_p(r.get('auc_verdict_p_holm'))} | "
                      + " | ".join(diag) + f" | {sps} |")
-    lines += ["", "verdict: `better`/`worse` only when |diff| > 2 s.e. (over seeds; over (seed, task) pairs "
-              "with one seed); otherwise `not resolved`; `equal`: the s.e. is 0 and so is the difference (every "
-              "seed, or every task of the one seed, gave the baseline's outcome)."]
+    m = len(summary["estimators"]) - 1
+    lines += ["", f"Verdicts compare each estimator with the baseline, paired by seed: `better`/`worse` when the "
+              f"two-sided p-value, Holm-adjusted over the {m} estimators compared (final success and AUC each one "
+              "family), is below 0.05; otherwise `not resolved` (a difference the data cannot tell from zero). "
+              "p: Student's t over seeds (n - 1 degrees of freedom); with one seed, the final's p is normal over "
+              "(seed, task) pairs and AUC has none (`n/a`). AUC: mean success over steps 0..budget (trapezoid)."]
     return "\n".join(lines) + "\n"
 
 
@@ -174,8 +195,9 @@ def plot(summary: dict[str, Any], out: Path) -> None:
                         [m + e for m, e in zip(ms, ses, strict=True)], alpha=0.15)
     ax.axhline(summary["threshold"], color="grey", ls="--", lw=1, label=f"threshold {summary['threshold']:.0f}%")
     ax.set_xlabel("RL step")
-    ax.set_ylabel("held-out success (%)")
-    ax.set_title(f"agentrl arena: held-out success, mean ± s.e. over {len(summary['seeds'])} seed(s)")
+    what = summary.get("eval_set", "held-out tasks")
+    ax.set_ylabel("success (%)")
+    ax.set_title(f"agentrl arena: success on {what}, mean ± s.e. over {len(summary['seeds'])} seed(s)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=110)
@@ -197,7 +219,7 @@ def plot(summary: dict[str, Any], out: Path) -> None:
     ax.axhline(cap, color="grey", ls=":", lw=1)
     ax.text(len(labs) - 0.5, cap, "never reached", va="bottom", ha="right", fontsize=7)
     ax.set_xticks(range(len(labs)), labs, rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel(f"steps to {summary['threshold']:.0f}% held-out")
+    ax.set_ylabel(f"steps to {summary['threshold']:.0f}% success")
     ax.set_title("median steps to threshold (bars) and each seed (dots)")
     fig.tight_layout()
     fig.savefig(out / "steps_to_threshold.png", dpi=110)
@@ -211,13 +233,18 @@ def write_outputs(summary: dict[str, Any], out: Path) -> None:
     plot(summary, out)
 
 
-def normal_p(d: float, se: float | None) -> float:
-    """Two-sided p-value of a difference ``d`` with standard error ``se`` (normal approximation;
-    1.0 where there is no s.e. and d is 0, 0.0 where the s.e. is 0 and d is not)."""
-    if se is None or math.isnan(d):
+def normal_p(d: float, se: float | None, df: int | None = None) -> float:
+    """Two-sided p-value of a difference ``d`` with standard error ``se``: normal, or Student's t
+    with ``df`` degrees of freedom (a mean over df + 1 seeds); 1.0 where the s.e. is 0 and d is 0,
+    0.0 where the s.e. is 0 and d is not; NaN without an s.e."""
+    if se is None or math.isnan(d) or (df is not None and df < 1):
         return float("nan")
     if se == 0:
         return 1.0 if d == 0 else 0.0
+    if df is not None:
+        from scipy.stats import t
+
+        return float(2 * t.sf(abs(d / se), df))
     return math.erfc(abs(d / se) / math.sqrt(2))
 
 
@@ -233,11 +260,13 @@ def holm(pvalues: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def holm_verdicts(diffs: dict[str, tuple[float, float | None]], alpha: float = 0.05) -> dict[str, tuple[str, float]]:
+def holm_verdicts(diffs: dict[str, tuple[float, float | None]], alpha: float = 0.05,
+                  dfs: dict[str, int | None] | None = None) -> dict[str, tuple[str, float]]:
     """``{label: (difference, s.e.)}`` -> ``{label: (verdict, Holm-adjusted p)}``: ``better`` or
     ``worse`` when the adjusted p is below ``alpha``, else ``not resolved`` (``n/a`` without an
-    s.e.)."""
-    adj = holm({k: normal_p(d, se) for k, (d, se) in diffs.items()})
+    s.e.). ``dfs``: per label, the t degrees of freedom of its p-value (None: normal)."""
+    dfs = dfs or {}
+    adj = holm({k: normal_p(d, se, dfs.get(k)) for k, (d, se) in diffs.items()})
     out = {}
     for k, (d, _) in diffs.items():
         p = adj[k]

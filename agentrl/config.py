@@ -84,6 +84,11 @@ class AgentRLConfig(GRPOConfig):
     )
     task_seed_start: int = field(default=0, metadata={"help": "First task seed of the training set."})
     num_tasks: int = field(default=256, metadata={"help": "Number of training tasks (seeds start..start+n-1)."})
+    task_seeds: list[int] | None = field(
+        default=None,
+        metadata={"help": "Explicit training task seeds (distinct, >= 0); when set, task_seed_start and num_tasks "
+                          "follow from it (e.g. a chosen set of goals to practise)."},
+    )
 
     # --- rollout -----------------------------------------------------------------------------
     context_mode: str = field(
@@ -222,6 +227,8 @@ class AgentRLConfig(GRPOConfig):
         if self.report_to is None:
             self.report_to = ["wandb"]
         check_values(self)
+        if self.task_seeds is not None:
+            self.task_seed_start, self.num_tasks = self.task_seeds[0], len(self.task_seeds)
         if self.stop_strings and self.use_vllm:  # vLLM's SamplingParams stop there (TRL passes generation_kwargs)
             self.generation_kwargs = {**(self.generation_kwargs or {}), "stop": list(self.stop_strings),
                                       "include_stop_str_in_output": True}
@@ -263,6 +270,10 @@ VALUE_CHECKS: list[tuple[str, Callable[[Any], bool], str]] = [
     ("max_turns", lambda v: v is None or v >= 1, ">= 1"),
     ("history_length", lambda v: v >= 0, ">= 0"),
     ("num_tasks", lambda v: v >= 1, ">= 1"),
+    ("task_seeds", lambda v: v is None or (isinstance(v, list | tuple) and len(v) >= 1 and len(set(v)) == len(v)
+                                           and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                   for x in v)),
+     "a non-empty list of distinct integers >= 0"),
     ("max_rows_per_rank", lambda v: v is None or v >= 1, ">= 1"),
     ("env_workers", lambda v: v == "auto" or (str(v).isdigit() and int(v) >= 0), ">= 0 or 'auto'"),
     ("env_timeout_s", lambda v: v > 0, "> 0"),
@@ -315,7 +326,7 @@ def _unknown_key_error(key: str, where: str) -> RecipeError:
 KEY_GROUPS: dict[str, list[str]] = {
     "model": ["model_name_or_path", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"],
     "environment and tasks": ["env_id", "env_kwargs", "env_modules", "task_split", "task_families",
-                              "task_options", "task_seed_start", "num_tasks"],
+                              "task_options", "task_seed_start", "num_tasks", "task_seeds"],
     "rollout": ["context_mode", "history_length", "max_turns", "max_prompt_tokens", "prefill", "stop_strings",
                 "valid_action_reward", "max_rows_per_rank", "save_rollouts", "env_workers", "env_timeout_s"],
     "credit": ["credit", "credit_kwargs", "gamma", "fingerprint_layer"],

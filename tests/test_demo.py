@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.demo import paired_gain
+from agentrl.demo import choose_goals, paired_gain, practised_seeds
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,6 +25,42 @@ def test_paired_gain_by_hand():
     gain, se = paired_gain(before, after)
     assert abs(gain - 20.0) < 1e-9
     assert abs(se - 100 * (0.7 / 5) ** 0.5) < 1e-9
+
+
+def test_choose_goals_by_hand():
+    greedy = [True, False, False, True, False, True, True, False]
+    sampled = [0.5, 0.25, 0.75, 0.625, 0.0, 1.0, 0.375, 0.5]
+    # in the band [0.25, 0.75]: unsolved 2 (0.75), 7 (0.5), 1 (0.25), highest first; solved 0 (0.5
+    # exactly), then 3 and 6 (both 0.125 from 50%: the lower index first); half from each side
+    assert choose_goals(greedy, sampled, 4) == [0, 2, 3, 7]
+    assert choose_goals(greedy, sampled, 2) == [0, 2]
+    assert choose_goals(greedy, sampled, 6) == [0, 1, 2, 3, 6, 7]  # the whole band
+    # the band holds 6: the rest are the goals nearest 50% sampled success
+    assert choose_goals(greedy, sampled, 7) == [0, 1, 2, 3, 4, 6, 7]  # 4 and 5 are both 0.5 off: 4
+    assert choose_goals([False] * 3, [0.5, 0.25, 0.0], 2) == [0, 1]  # no solved goal: all unsolved
+    assert choose_goals([True, True, True, False], [0.5] * 4, 4) == [0, 1, 2, 3]  # one unsolved: 3 solved
+    with pytest.raises(ValueError):
+        choose_goals(greedy, sampled[:-1], 2)
+    with pytest.raises(ValueError):
+        choose_goals(greedy, sampled, 9)
+
+
+def test_goal_level_se_by_hand():
+    from agentrl.demo import goal_level_se
+
+    # goals 3 and 7 (pool 10), two draws each: goal 3 gains on both draws (mean 1), goal 7 on one
+    # of two (mean 0.5): means 1, 0.5 -> sd 0.3536, s.e. 0.25 -> 25 points
+    seeds = [3, 7, 13, 17]
+    assert goal_level_se([False, False, False, True], [True, True, True, True], seeds, 10) == pytest.approx(25.0)
+    # draws grouped by goal, not by position: the same outcomes on goals (3, 13) and (7, 17) swapped
+    assert goal_level_se([False, False, True, False], [True, True, True, True], [3, 13, 7, 17], 10) == \
+        pytest.approx(25.0)
+
+
+def test_practised_seeds_are_fresh_draws():
+    assert practised_seeds([3, 7], 2, 232) == [235, 239, 467, 471]
+    with pytest.raises(ValueError, match="train seeds 0..231"):
+        practised_seeds([232], 2, 232)
 
 
 def test_demo_quick(tmp_path):
@@ -43,12 +79,19 @@ def test_demo_quick(tmp_path):
     assert got_line == [round(pr["before"]["success"], 1), round(pr["after"]["success"], 1),
                         round(pr["gain_paired_se"], 1), round(ho["before"]["success"], 1),
                         round(ho["after"]["success"], 1)]
-    # practised goals at --quick scale: RL trains on train seeds 99..102 (4 goals); they are
-    # evaluated on 3 fresh draws each, seeds g + 232 m (m = 1..3): the same goals, never an RL task
+    # practised goals at --quick scale: 4 goals chosen by choose_goals from the warm start's scores
+    # on the first 16 training goals (selection draw m = 4), RL on them (seeds g), evaluated on 3
+    # fresh draws each, seeds g + 232 m (m = 1..3): the same goals, never an RL task
+    sel = summary["selection"]
+    assert (sel["pool"], sel["draw"], sel["samples"]) == (16, 4, 2)
+    assert all(p in (0.0, 0.5, 1.0) for p in sel["sampled"]) and len(sel["greedy"]) == 16
+    goals = summary["practised_goals"]
+    assert goals == choose_goals(sel["greedy"], sel["sampled"], 4)
     cmd = summary["rl_command"]
-    assert (cmd[cmd.index("--task_seed_start") + 1], cmd[cmd.index("--num_tasks") + 1]) == ("99", "4")
+    i = cmd.index("--task_seeds")
+    assert cmd[i + 1:i + 5] == [str(g) for g in goals]
     seeds = pr["settings"]["seeds"]
-    assert sorted(seeds) == sorted(g + 232 * k for g in range(99, 103) for k in (1, 2, 3))
+    assert sorted(seeds) == sorted(g + 232 * k for g in goals for k in (1, 2, 3))
     assert pr["before"]["episodes"] == pr["after"]["episodes"] == 12
     assert ho["before"]["episodes"] == ho["after"]["episodes"] == 12
     assert (pr["settings"]["split"], ho["settings"]["split"]) == ("train", "valid")

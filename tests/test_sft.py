@@ -99,6 +99,19 @@ def test_sft_tiny_model_imitates_the_expert(tiny, expert, tmp_path):
     assert ep.won
     assert [r.action for r in ep.steps] == [s.action for s in expert.steps[:4]]
 
+    # the demo's goal scores on the same model: greedy wins goal 0 only (the one it imitated);
+    # sampled success near temperature 0 repeats the greedy outcome, per task (repeats grouped)
+    from agentrl.evaluation.heldout import HeldOutSettings, evaluate_wins, sampled_success
+
+    hs = HeldOutSettings(ENV, split="train", families=["depth2"], seeds=[0, 1], env_kwargs=EK, history_length=1,
+                         max_turns=8, max_new_tokens=24)
+    assert evaluate_wins(str(tmp_path / "sft"), hs)["wins"] == [True, False]
+    assert sampled_success(str(tmp_path / "sft"), hs, samples=3, temperature=1e-3) == [1.0, 0.0]
+    hot = sampled_success(str(tmp_path / "sft"), hs, samples=4, temperature=1.0)
+    assert len(hot) == 2 and all(4 * r == int(4 * r) for r in hot)
+    with pytest.raises(ValueError, match="samples must be >= 1"):
+        sampled_success(str(tmp_path / "sft"), hs, samples=0)
+
 
 def test_cli_bad_env_is_one_line_error(capsys, tmp_path):
     from agentrl.sft import main

@@ -45,10 +45,24 @@ def _check(argv, capsys):
     (dict(context_mode="sideways"), [], "context_mode must be one of"),
     (dict(stop_strings=["</python>", ""]), [], "stop_strings must be a list of non-empty strings"),
     (dict(stop_strings="</python>"), [], "stop_strings must be a list of non-empty strings"),
+    (dict(task_seeds=[3, 3]), [], "task_seeds must be a non-empty list of distinct integers >= 0, got [3, 3]"),
+    (dict(task_seeds=[]), [], "task_seeds must be a non-empty list"),
+    (dict(task_seeds=[1, -2]), [], "task_seeds must be a non-empty list"),
+    (dict(task_seeds=[1, 2.5]), [], "task_seeds must be a non-empty list"),
 ])
 def test_value_checks_one_line_exit_2(tmp_path, capsys, kw, extra, needle):
     rc, err = _check([_recipe(tmp_path, **kw), *extra], capsys)
     assert rc == 2 and len(err) == 1 and needle in err[0], err
+
+
+def test_task_seeds_are_the_training_tasks(tmp_path):
+    from agentrl.config import load_recipe
+    from agentrl.trainer.tasks import build_task_dataset
+
+    cfg = load_recipe(_recipe(tmp_path), ["--task_seeds", "7", "3", "11"])
+    assert (cfg.task_seeds, cfg.task_seed_start, cfg.num_tasks) == ([7, 3, 11], 7, 3)
+    assert build_task_dataset(cfg)["task_seed"] == [7, 3, 11]
+    assert build_task_dataset(load_recipe(_recipe(tmp_path)))["task_seed"] == list(range(8))
 
 
 def test_negative_value_on_the_cli_is_a_value(tmp_path, capsys):

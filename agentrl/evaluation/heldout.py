@@ -61,32 +61,52 @@ class HeldOutSettings:
         return asdict(self)
 
 
-def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str, Any]:
-    """Greedy rollouts of ``model_dir`` on the held-out tasks: success (%), its binomial s.e.,
-    the invalid-action rate, the mean episode length and the per-task outcomes ``wins``."""
+def _rollout(model_dir: str, s: HeldOutSettings, seed: int, repeats: int = 1, temperature: float | None = None):
+    """Episodes of ``model_dir`` on the settings' tasks, each task ``repeats`` times in a row:
+    greedy when ``temperature`` is None, else sampled at that temperature."""
     import torch
 
     from agentrl.evaluation.checkpoint import load_policy
     from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
-    from agentrl.rollout.metrics import episode_metrics
 
     torch.manual_seed(seed)
     model, tok = load_policy(str(model_dir))
-    gen = hf_generate_fn(model, tok, max_new_tokens=s.max_new_tokens, do_sample=False)
+    if temperature is None:
+        gen = hf_generate_fn(model, tok, max_new_tokens=s.max_new_tokens, do_sample=False)
+    else:
+        gen = hf_generate_fn(model, tok, max_new_tokens=s.max_new_tokens, do_sample=True, temperature=temperature)
     options: dict[str, Any] = {"split": s.split}
     if s.families:
         options["families"] = list(s.families)
     seeds = list(s.seeds) if s.seeds is not None else list(range(s.episodes))
-    tasks = [{"seed": k, "options": options, "group_id": f"heldout-{k}"} for k in seeds]
+    tasks = [{"seed": k, "options": options, "group_id": f"heldout-{k}"} for k in seeds for _ in range(repeats)]
     rs = RolloutSettings(s.env_id, env_kwargs=s.env_kwargs, context_mode=s.context_mode,
                          history_length=s.history_length, max_turns=s.max_turns,
                          max_prompt_tokens=s.max_prompt_tokens, prefill=s.prefill,
                          stop_strings=tuple(s.stop_strings))
-    eps = run_episodes(tasks, gen, tok, rs)
+    return run_episodes(tasks, gen, tok, rs)
+
+
+def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str, Any]:
+    """Greedy rollouts of ``model_dir`` on the held-out tasks: success (%), its binomial s.e.,
+    the invalid-action rate, the mean episode length and the per-task outcomes ``wins``."""
+    from agentrl.rollout.metrics import episode_metrics
+
+    eps = _rollout(model_dir, s, seed)
     m = episode_metrics(eps)  # the trainer's and agentrl eval's numbers, from the same function
     return {"success": 100 * m["env/success"], "success_se": 100 * m["env/success_se"], "episodes": len(eps),
             "invalid_rate": m["env/invalid_action_rate"], "mean_length": m["env/episode_len"],
             "wins": [bool(e.won) for e in eps]}
+
+
+def sampled_success(model_dir: str, s: HeldOutSettings, samples: int, temperature: float = 1.0,
+                    seed: int = 0) -> list[float]:
+    """Per task, the share of ``samples`` episodes sampled at ``temperature`` that win: what the
+    policy can do on the task beyond its greedy answer (RL sharpens exactly that)."""
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    wins = [bool(e.won) for e in _rollout(model_dir, s, seed, repeats=samples, temperature=temperature)]
+    return [sum(wins[i:i + samples]) / samples for i in range(0, len(wins), samples)]
 
 
 def paired_difference(before: list[bool], after: list[bool]) -> tuple[float, float]:

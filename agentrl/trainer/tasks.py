@@ -18,11 +18,13 @@ def env_reward(prompts=None, completions=None, **kwargs):
 
 
 def build_task_dataset(args: AgentRLConfig):
-    """Training tasks: seeds task_seed_start .. +num_tasks with the recipe's reset options."""
+    """Training tasks: the recipe's ``task_seeds``, else seeds task_seed_start .. +num_tasks, with the
+    recipe's reset options."""
     from datasets import Dataset
 
     opts = json.dumps(args.reset_options(), sort_keys=True)
-    seeds = list(range(args.task_seed_start, args.task_seed_start + args.num_tasks))
+    seeds = (list(args.task_seeds) if args.task_seeds is not None
+             else list(range(args.task_seed_start, args.task_seed_start + args.num_tasks)))
     return Dataset.from_dict({
         "prompt": [f"{args.env_id} seed={s}" for s in seeds],  # TRL expects a prompt column
         "task_id": list(range(len(seeds))),
