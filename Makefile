@@ -74,7 +74,7 @@ arena: setup
 	$(BIN)/python -m agentrl.demo --warm-only --out runs/arena/warm
 	$(BIN)/python -m agentrl arena recipes/demo_tiny.yaml --warm-start runs/arena/warm/sft \
 	  --practised runs/arena/warm/practised.json \
-	  --estimators $(ARENA_ESTIMATORS) --seeds $(ARENA_SEEDS) --steps $(ARENA_STEPS) --eval-every 10 \
+	  --estimators $(ARENA_ESTIMATORS) --seeds $(ARENA_SEEDS) --steps $(ARENA_STEPS) --eval-every 5 \
 	  --baseline grpo --workers $(ARENA_WORKERS) --out runs/arena
 
 arena-quick: setup

@@ -194,7 +194,7 @@ def plot_curve(practised: list[tuple[int, float, float, float]], heldout: list[t
     ax.set_ylim(0, 100)
     ax.set_title(f"agentrl demo (seed {seed}): TextCraft depth-2; bands = s.e., labels = gain ± paired s.e.",
                  fontsize=9)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower right")  # gain labels sit above the points
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
