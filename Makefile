@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM := false
 	repro-bipace repro-salt repro-rtmc repro-bipace-cpu repro-salt-cpu repro-rtmc-cpu
 
 help:
-	@echo "make demo   - set up, then SFT warm start + RL + held-out eval on CPU (runs/demo)"
+	@echo "make demo   - set up, then SFT warm start + RL on practised goals + evaluation on CPU (runs/demo, ~13 min)"
 	@echo "make test   - set up, then run the whole test suite"
 	@echo "make arena  - credit modules raced on the demo task from one warm start, 3 seeds (runs/arena, ~90 min)"
 	@echo "make setup  - venv + CPU torch + agentrl[$(EXTRAS)] + system packages (idempotent)"

@@ -132,7 +132,8 @@ def choose_goals(greedy: list[bool], sampled: list[float], k: int,
     solved = sorted((i for i in mid if greedy[i]), key=lambda i: (abs(sampled[i] - 0.5), i))
     n_solved = min(len(solved), max(k // 2, k - len(unsolved)))
     chosen = unsolved[:k - n_solved] + solved[:n_solved]
-    rest = sorted((i for i in range(len(greedy)) if i not in set(chosen)), key=lambda i: (abs(sampled[i] - 0.5), i))
+    taken = set(chosen)
+    rest = sorted((i for i in range(len(greedy)) if i not in taken), key=lambda i: (abs(sampled[i] - 0.5), i))
     return sorted(chosen + rest[:k - len(chosen)])
 
 
@@ -310,8 +311,8 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     # 1-2. model + SFT warm start on the train goals (or a given warm start)
     sft_dir = s.warm_start or warm_start(s, design, timings)
     rl_dir = s.out / "rl"
-    goals, selection = select_goals(sft_dir, rl_argv(s, design, sft_dir, rl_dir, steps, 1, []), scale, k, seed,
-                                    timings)
+    recipe_argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], [])  # the rollout settings
+    goals, selection = select_goals(sft_dir, recipe_argv, scale, k, seed, timings)
     argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], goals)
     sets = {"practised": held_out_settings(argv, 0, scale["eval_turns"], "train",
                                            practised_seeds(goals, scale["fresh_draws"], train_pool())),
