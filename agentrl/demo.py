@@ -54,7 +54,7 @@ DESIGNS: dict[str, dict[str, Any]] = {
                  rl_steps=40, save_steps=10, practised_goals=16, selection_pool=232, selection_samples=8,
                  fresh_draws=4, eval_episodes=118, eval_turns=15),
     "smollm2": dict(recipe="demo_smollm2.yaml", sft_episodes=64, sft_steps=12, sft_lr=5e-5, sft_batch=8,
-                    threads=2, rl_steps=8, save_steps=4, practised_goals=8, selection_pool=32, selection_samples=4,
+                    threads=2, rl_steps=8, save_steps=4, practised_goals=8, selection_pool=16, selection_samples=4,
                     fresh_draws=2, eval_episodes=59, eval_turns=15),
 }
 # eval_turns as the recipe's max_turns: `agentrl eval` of a demo checkpoint gives the demo's figure
