@@ -22,7 +22,7 @@ export TOKENIZERS_PARALLELISM := false
 help:
 	@echo "make demo   - set up, then SFT warm start + RL on practised goals + evaluation on CPU (runs/demo, ~13 min)"
 	@echo "make test   - set up, then run the whole test suite"
-	@echo "make arena  - credit modules raced on the demo task from one warm start, 3 seeds (runs/arena, ~90 min)"
+	@echo "make arena  - credit modules raced on the demo task from one warm start, 3 seeds, on the demo's practised goals (runs/arena, ~35-50 min)"
 	@echo "make setup  - venv + CPU torch + agentrl[$(EXTRAS)] + system packages (idempotent)"
 	@echo "make lint   - ruff"
 	@echo "make truth  - credit estimators scored against exact advantages/gradients on finite MDPs + 100-seed race (runs/truth, ~4 min)"
@@ -67,7 +67,7 @@ demo-quick: setup
 # on the goals the demo practises (RL moves success there), evaluated on their fresh draws.
 ARENA_ESTIMATORS ?= grpo,rloo,gigpo,hgpo,bigpo:embedder=hash_ngram,bipace_q,rtmc,salt
 ARENA_SEEDS ?= 0,1,2
-# 24 runs x 20 steps fit about 90 minutes of 2 idle cores; 40 steps take twice that
+# 24 runs x 20 steps took 50 minutes on 2 shared cores (about 35 idle); 40 steps take twice that
 ARENA_STEPS ?= 20
 ARENA_WORKERS ?= 2
 arena: setup
