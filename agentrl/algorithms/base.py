@@ -15,11 +15,12 @@ from the keys it already has (``algorithm_name``), so every recipe keeps its beh
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from agentrl.registry import class_registrar
 
 if TYPE_CHECKING:
     import torch
@@ -177,18 +178,8 @@ class Algorithm:
 _ALGORITHMS: dict[str, type[Algorithm]] = {}
 
 
-def register_algorithm(name: str) -> Callable[[type[Algorithm]], type[Algorithm]]:
-    """Class decorator: register an ``Algorithm`` subclass under ``name`` (duplicates refused)."""
-
-    def deco(cls: type[Algorithm]) -> type[Algorithm]:
-        if name in _ALGORITHMS:
-            raise ValueError(f"algorithm {name!r} is already registered ({_ALGORITHMS[name].__qualname__})")
-        cls.name = name
-        _ALGORITHMS[name] = cls
-        return cls
-
-    return deco
-
+register_algorithm = class_registrar(_ALGORITHMS, "algorithm")
+"""Class decorator: register an ``Algorithm`` subclass under ``name`` (duplicates refused)."""
 
 register_algorithm("grpo")(Algorithm)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from agentrl.registry import class_registrar
 from agentrl.rollout.prompts import TurnTemplate, chat_text, decode_response, encode
 
 if TYPE_CHECKING:
@@ -45,17 +46,8 @@ class Row:
 _CONTEXTS: dict[str, type[Context]] = {}
 
 
-def register_context(name: str):
-    """Class decorator: register a ``Context`` subclass under ``name``; a taken name is an error."""
-
-    def deco(cls: type[Context]) -> type[Context]:
-        if name in _CONTEXTS:
-            raise ValueError(f"context {name!r} is already registered ({_CONTEXTS[name].__qualname__})")
-        cls.name = name
-        _CONTEXTS[name] = cls
-        return cls
-
-    return deco
+register_context = class_registrar(_CONTEXTS, "context")
+"""Class decorator: register a ``Context`` subclass under ``name``; a taken name is an error."""
 
 
 def context_names() -> list[str]:
