@@ -164,32 +164,34 @@ class _Cgroup(JailLimiter):
         self.dirs = []
         return notes
 
+    OOM_FILE = ""
+    """The memory controller's file that counts ``oom_kill`` events."""
+
     def _notes(self) -> list[str]:
-        raise NotImplementedError
+        notes = []
+        if _event(self._mem / self.OOM_FILE, "oom_kill"):
+            notes.append(self._mem_note())
+        if _event(self._pids / "pids.events", "max"):
+            notes.append(self._pids_note())
+        return notes
 
 
 class CgroupV2(_Cgroup):
     name = "cgroup-v2"
+    OOM_FILE = "memory.events"
 
     def start(self, pid: int) -> None:
-        d = self._dir = self._make()["memory"]
+        d = self._mem = self._pids = self._make()["memory"]  # one unified directory
         _write(d / "memory.max", str(self.memory_mb << 20))
         if (d / "memory.swap.max").exists():
             _write(d / "memory.swap.max", "0")
         _write(d / "pids.max", str(self.nproc))
         _write(d / "cgroup.procs", str(pid))
 
-    def _notes(self) -> list[str]:
-        notes = []
-        if _event(self._dir / "memory.events", "oom_kill"):
-            notes.append(self._mem_note())
-        if _event(self._dir / "pids.events", "max"):
-            notes.append(self._pids_note())
-        return notes
-
 
 class CgroupV1(_Cgroup):
     name = "cgroup-v1"
+    OOM_FILE = "memory.oom_control"
 
     def start(self, pid: int) -> None:
         made = self._make()
@@ -200,14 +202,6 @@ class CgroupV1(_Cgroup):
         _write(pids / "pids.max", str(self.nproc))
         for d in (mem, pids):
             _write(d / "cgroup.procs", str(pid))
-
-    def _notes(self) -> list[str]:
-        notes = []
-        if _event(self._mem / "memory.oom_control", "oom_kill"):
-            notes.append(self._mem_note())
-        if _event(self._pids / "pids.events", "max"):
-            notes.append(self._pids_note())
-        return notes
 
 
 def jail_pids(root: int) -> list[int]:

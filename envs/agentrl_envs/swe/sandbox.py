@@ -242,12 +242,10 @@ class Sandbox:
 
     def run(self, command: list[str], workspace: str | Path | None = None,
             env: dict[str, str] | None = None, wall_s: float | None = None,
-            stdin: bytes | None = None, writable: bool = True, pass_fd: int | None = None) -> RunResult:
+            writable: bool = True, pass_fd: int | None = None) -> RunResult:
         """Run ``command`` (argv inside the jail) and return its merged, capped output.
 
-        ``stdin``: a few bytes the command reads on its standard input (default: /dev/null). They
-        travel over a pipe, so unlike ``env`` they appear in no environment and no argv.
-        ``writable``: bind the workspace read-write (else read-only). ``pass_fd``: an fd of ours
+        The command's standard input is /dev/null. ``writable``: bind the workspace read-write (else read-only). ``pass_fd``: an fd of ours
         that the command inherits under the same number (the grading harness's result pipe); the
         command then runs as the namespace's pid 1 (``--as-pid-1``), since bwrap's own pid 1 would
         hold a copy of the fd that any process of the jail could open through /proc/1/fd.
@@ -262,7 +260,9 @@ class Sandbox:
             argv = self._argv(command, Path(workspace or self.workspace), env or {}, sync_r, writable,
                               as_pid_1=pass_fd is not None)
             t0 = time.monotonic()
-            proc = self._popen(argv, stdin, (sync_r,) if pass_fd is None else (sync_r, pass_fd), kw)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    process_group=0, pass_fds=(sync_r,) if pass_fd is None else (sync_r, pass_fd),
+                                    **kw)
         except BaseException:
             os.close(sync_w)
             raise
@@ -329,24 +329,6 @@ class Sandbox:
         text += tail.decode("utf-8", "replace")
         return RunResult(output=text, exit_code=None if timed_out else code, timed_out=timed_out,
                          dropped_bytes=dropped, seconds=time.monotonic() - t0)
-
-    @staticmethod
-    def _popen(argv: list[str], data: bytes | None, fds: tuple[int, ...], kw: dict) -> subprocess.Popen:
-        common = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0, pass_fds=fds, **kw)
-        if data is None:
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, **common)
-        if len(data) > 4096:  # more could block the write below (the pipe buffer is >= 4 KiB)
-            raise ValueError("stdin data is limited to 4096 bytes")
-        r, w = os.pipe()
-        try:
-            os.write(w, data)
-            os.close(w)
-            w = -1
-            return subprocess.Popen(argv, stdin=r, **common)
-        finally:
-            os.close(r)
-            if w >= 0:
-                os.close(w)
 
     @staticmethod
     def _kill(proc: subprocess.Popen) -> None:
