@@ -310,9 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     warm = str(Path(cfg.model_name_or_path).resolve()) if Path(cfg.model_name_or_path).is_dir() else cfg.model_name_or_path
     if practised:
-        hs = HeldOutSettings.from_config(cfg, practised["eval_split"], len(practised["eval_seeds"]),
-                                         practised["families"])
-        hs.seeds = list(practised["eval_seeds"])
+        hs = HeldOutSettings.from_config(cfg, practised["eval_split"], families=practised["families"],
+                                         seeds=practised["eval_seeds"])
     else:
         hs = HeldOutSettings.from_config(cfg, args.eval_split, args.eval_episodes)
     heldout = hs.to_dict()
@@ -337,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(results, warm_res, [c.label for c in contenders], seeds, baseline, threshold, steps)
     summary.update(recipe=args.recipe, warm_start=warm, heldout=heldout, wall_s=wall, workers=args.workers,
                    eval_set=(f"fresh draws of {len(practised['goals'])} practised goals ({len(hs.seeds)} episodes)"
-                             if practised else f"{len(hs.seeds or []) or hs.episodes} held-out tasks ({hs.split})"))
+                             if practised else f"{hs.episodes} held-out tasks ({hs.split})"))
     write_outputs(summary, out)
     print((out / "arena.md").read_text())
     print(f"[arena] wrote {out / 'arena.md'}, arena.json, curves.png, steps_to_threshold.png "

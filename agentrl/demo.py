@@ -83,11 +83,10 @@ def goal_level_se(before: list[bool], after: list[bool], seeds: list[int], pool:
     by: dict[int, list[int]] = {}
     for b, a, sd in zip(before, after, seeds, strict=True):
         by.setdefault(sd % pool, []).append(int(a) - int(b))
-    means = [sum(d) / len(d) for d in by.values()]
-    if len(means) < 2:
-        return float("nan")
-    m = sum(means) / len(means)
-    return 100 * (sum((x - m) ** 2 for x in means) / (len(means) - 1) / len(means)) ** 0.5
+    from agentrl.arena_stats import mean_se
+
+    se = mean_se([sum(d) / len(d) for d in by.values()])[1]
+    return float("nan") if se is None else 100 * se
 
 
 def build_base(design: dict, out: Path, corpus: list[str], seed: int) -> str:
@@ -261,8 +260,7 @@ def held_out_settings(argv: list[str], n_eval: int, eval_turns: int, split: str 
     from agentrl.evaluation.heldout import HeldOutSettings
 
     cfg = load_recipe(argv[0], argv[1:])
-    hs = HeldOutSettings.from_config(cfg, split=split, episodes=len(seeds) if seeds else n_eval, families=FAMILIES)
-    hs.seeds = list(seeds) if seeds else None
+    hs = HeldOutSettings.from_config(cfg, split=split, episodes=n_eval, families=FAMILIES, seeds=seeds or None)
     hs.max_turns = eval_turns
     return hs
 

@@ -52,9 +52,9 @@ def test_goal_level_se_by_hand():
     # of two (mean 0.5): means 1, 0.5 -> sd 0.3536, s.e. 0.25 -> 25 points
     seeds = [3, 7, 13, 17]
     assert goal_level_se([False, False, False, True], [True, True, True, True], seeds, 10) == pytest.approx(25.0)
-    # draws grouped by goal, not by position: the same outcomes on goals (3, 13) and (7, 17) swapped
-    assert goal_level_se([False, False, True, False], [True, True, True, True], [3, 13, 7, 17], 10) == \
-        pytest.approx(25.0)
+    # draws grouped by goal, not by position: goal 3 (seeds 3, 13) gains on both draws, goal 7 on
+    # neither -> means 1, 0: s.e. 0.5 -> 50 points (pairs by position, (3, 7) and (13, 17), give 0)
+    assert goal_level_se([False] * 4, [True, False, True, False], [3, 7, 13, 17], 10) == pytest.approx(50.0)
 
 
 def test_practised_seeds_are_fresh_draws():
@@ -86,7 +86,8 @@ def test_demo_quick(tmp_path):
     assert (sel["pool"], sel["draw"], sel["samples"]) == (16, 4, 2)
     assert all(p in (0.0, 0.5, 1.0) for p in sel["sampled"]) and len(sel["greedy"]) == 16
     goals = summary["practised_goals"]
-    assert goals == choose_goals(sel["greedy"], sel["sampled"], 4)
+    assert len(set(goals)) == 4 and all(0 <= g < 16 for g in goals)
+    assert goals == choose_goals(sel["greedy"], sel["sampled"], 4)  # wiring: the rule ran on these scores
     cmd = summary["rl_command"]
     i = cmd.index("--task_seeds")
     assert cmd[i + 1:i + 5] == [str(g) for g in goals]

@@ -48,9 +48,11 @@ class HeldOutSettings:
 
     @classmethod
     def from_config(cls, cfg, split: str = "valid", episodes: int = 59,
-                    families: list[str] | None = None) -> HeldOutSettings:
-        """The settings of a training config (an ``AgentRLConfig``); held-out split and size apart."""
-        return cls(env_id=cfg.env_id, split=split, episodes=episodes,
+                    families: list[str] | None = None, seeds: list[int] | None = None) -> HeldOutSettings:
+        """The settings of a training config (an ``AgentRLConfig``); held-out split and size apart
+        (``seeds``: these tasks instead of seeds 0..episodes-1)."""
+        return cls(env_id=cfg.env_id, split=split, episodes=len(seeds) if seeds is not None else episodes,
+                   seeds=list(seeds) if seeds is not None else None,
                    families=list(families if families is not None else (cfg.task_families or [])) or None,
                    env_kwargs=dict(cfg.env_kwargs or {}), context_mode=cfg.context_mode,
                    history_length=cfg.history_length, max_turns=cfg.max_turns,
