@@ -65,6 +65,19 @@ class PolicyNames:
         """Exchange the model's weights with ``name``'s parked ones (``loaded`` becomes ``name``)."""
         raise NotImplementedError
 
+    def _needs_switch(self, name: str) -> bool:
+        """``activate``'s preamble: False when ``name`` is already loaded and trained; an error
+        inside ``use`` (a generation holds another policy's weights)."""
+        self._check(name)
+        if name == self.loaded == self.trained:
+            return False
+        self._outside_use("activate", ": finish the generation first")
+        return True
+
+    def _outside_use(self, what: str, hint: str = "") -> None:
+        if self.loaded != self.trained:
+            raise RuntimeError(f"{type(self).__name__}.{what} inside use(){hint}")
+
     @contextlib.contextmanager
     def use(self, name: str) -> Iterator[None]:
         """Generate with ``name``'s weights inside the block; the loaded policy returns after."""
@@ -113,11 +126,8 @@ class SwappedPolicies(PolicyNames):
 
     def activate(self, name: str) -> bool:
         """Make ``name`` the loaded and trained policy; True when that changed anything."""
-        self._check(name)
-        if name == self.loaded == self.trained:
+        if not self._needs_switch(name):
             return False
-        if self.loaded != self.trained:
-            raise RuntimeError("SwappedPolicies.activate inside use(): finish the generation first")
         for _, p in self.params:
             if p.grad is not None:  # a switch between accumulation steps would mix two policies' grads
                 raise RuntimeError("SwappedPolicies.activate with gradients pending")
@@ -143,8 +153,7 @@ class SwappedPolicies(PolicyNames):
     def state_dict(self) -> dict[str, Any]:
         """Everything but the loaded policy's weights and optimizer state (the Trainer's own
         checkpoint files hold those), on the CPU."""
-        if self.loaded != self.trained:
-            raise RuntimeError("SwappedPolicies.state_dict inside use()")
+        self._outside_use("state_dict")
         return {
             "names": list(self.names),
             "loaded": self.loaded,

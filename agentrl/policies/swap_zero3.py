@@ -123,11 +123,8 @@ class Zero3SwappedPolicies(PolicyNames):
     # ------------------------------------------------------------------ training
     def activate(self, name: str) -> bool:
         """Make ``name`` the loaded and trained policy; True when that changed anything."""
-        self._check(name)
-        if name == self.loaded == self.trained:
+        if not self._needs_switch(name):
             return False
-        if self.loaded != self.trained:
-            raise RuntimeError("Zero3SwappedPolicies.activate inside use(): finish the generation first")
         z = self._zero()
         self._ensure_parked(z)
         state = z.optimizer.state
@@ -146,8 +143,7 @@ class Zero3SwappedPolicies(PolicyNames):
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
         """This rank's parked partitions and optimizer states, on the CPU (one file per rank)."""
-        if self.loaded != self.trained:
-            raise RuntimeError("Zero3SwappedPolicies.state_dict inside use()")
+        self._outside_use("state_dict")
         self._ensure_parked(self._zero())
 
         def cpu(st):

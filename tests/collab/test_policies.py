@@ -97,3 +97,10 @@ def test_errors_are_one_line():
         SwappedPolicies(_net(), ("a", "x")).load_state_dict(SwappedPolicies(_net(), ("a", "b")).state_dict())
     single = SwappedPolicies(_net(), ("shared",))
     assert not single.separate and single.activate("shared") is False
+    fresh = SwappedPolicies(_net(), ("a", "b"))
+    with fresh.use("b"):  # a generation holds b's weights while a trains
+        with pytest.raises(RuntimeError, match=r"^SwappedPolicies\.activate inside use\(\): finish the generation"):
+            fresh.activate("b")
+        with pytest.raises(RuntimeError, match=r"^SwappedPolicies\.state_dict inside use\(\)$"):
+            fresh.state_dict()
+    assert fresh.activate("b") is True and fresh.activate("b") is False
