@@ -58,19 +58,17 @@ COLLAB_STATE = "collab_state.pt"
 class Collab(Algorithm):
     """Role-by-role collaborations; the credit module is one of ``COLLAB_CREDITS`` (module docstring)."""
 
-    def check(self, cfg) -> None:
+    def check(self, cfg):
+        """The recipe's collaboration (``check_config``), its errors as one-line RecipeErrors."""
         try:
-            check_config(cfg)
+            return check_config(cfg)
         except CollabError as e:
             raise RecipeError(str(e)) from None
 
     def bind(self, trainer) -> None:
         """The run's collaboration, its policies (``agentrl.policies``), schedule and player."""
         args = trainer.args
-        try:
-            self.collab = check_config(args)
-        except CollabError as e:
-            raise RecipeError(str(e)) from None
+        self.collab = self.check(args)
         if self.collab is None:
             raise RecipeError("the collab algorithm needs a collaboration (recipe key collab)")
         if len(self.collab.policies) > 1 and trainer.is_deepspeed_enabled:
