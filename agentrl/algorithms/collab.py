@@ -183,8 +183,7 @@ class Collab(Algorithm):
         """Role-ordered steps: the rollout's micro-batches role after role (``RoleSteps.micro_batches``)."""
         if self.role_steps is None:
             return super().micro_batches(trainer, batch)
-        by_length = trainer.loss_type != "bnpo" and trainer.top_entropy_quantile == 1.0
-        return self.role_steps.micro_batches(batch, by_length, lambda t: trainer.accelerator.gather(t).sum())
+        return self.role_steps.micro_batches(batch, trainer.loss_is_split_invariant(), lambda t: trainer.accelerator.gather(t).sum())
 
     def begin_micro_step(self, trainer, model):
         """Role-ordered steps: activate the role's policy before its optimizer step's first

@@ -508,8 +508,12 @@ class AgentGRPOTrainer(GRPOTrainer):
         rows share a micro-batch. It does not when every optimizer step covers whole generation
         batches and the loss is not normalised per micro-batch (``bnpo``, the entropy mask)."""
         a = self.args
-        return (a.gradient_accumulation_steps % a.steps_per_generation == 0 and self.loss_type != "bnpo"
-                and self.top_entropy_quantile == 1.0)
+        return a.gradient_accumulation_steps % a.steps_per_generation == 0 and self.loss_is_split_invariant()
+
+    def loss_is_split_invariant(self) -> bool:
+        """Whether the loss ignores how rows are split into micro-batches: no per-micro-batch
+        normaliser (``bnpo``, the entropy mask's quantile)."""
+        return self.loss_type != "bnpo" and self.top_entropy_quantile == 1.0
 
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
         """TRL's buffering, with its shuffle + equal split replaced by ``length_grouped_micro_batches``
