@@ -34,8 +34,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from agentrl.algorithms.base import Advantages, Algorithm, register_algorithm
 from agentrl.algorithms.collab_play import CollabPlay
 from agentrl.algorithms.role_steps import RoleSchedule, RoleSteps, take_rows
@@ -153,13 +151,9 @@ class Collab(Algorithm):
         """Role-ordered steps: every role's rows to one count R on every rank, role after role."""
         if not self._role_ordered(mode):
             return super().balance_rows(trainer, groups, mode)
-        n_max = max(len(r) for r in groups)
-        if trainer.accelerator.num_processes > 1:
-            from accelerate.utils import gather_object
-
-            n_max = max(gather_object([n_max]))
-        rng = np.random.default_rng([trainer.args.seed, trainer.state.global_step, trainer.accelerator.process_index])
-        return self.role_steps.balance(groups, n_max, trainer.args.max_rows_per_rank, self.pad_id(trainer), rng)
+        n_max = trainer.max_over_ranks(max(len(r) for r in groups))
+        return self.role_steps.balance(groups, n_max, trainer.args.max_rows_per_rank, self.pad_id(trainer),
+                                       trainer.row_rng())
 
     def old_logps(self, trainer, batch, mode):
         """Role-ordered steps: each role's rows get their old log-probs from their own policy."""

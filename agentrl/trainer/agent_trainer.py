@@ -338,11 +338,17 @@ class AgentGRPOTrainer(GRPOTrainer):
     def balance_rows(self, rows: list[Row], mode: str) -> tuple[list[Row], RowCounts]:
         """The same number of rows on every rank (``agentrl.rollout.rows``)."""
         a = self.args
-        n_max = max(gather_object([len(rows)])) if self.accelerator.num_processes > 1 else len(rows)
         spg = a.steps_per_generation if mode == "train" else 1
-        target = row_target(n_max, a.max_rows_per_rank, spg)
-        rng = np.random.default_rng([a.seed, self.state.global_step, self.accelerator.process_index])
-        return balance_rows(rows, target, self.algorithm.pad_id(self), rng)
+        target = row_target(self.max_over_ranks(len(rows)), a.max_rows_per_rank, spg)
+        return balance_rows(rows, target, self.algorithm.pad_id(self), self.row_rng())
+
+    def max_over_ranks(self, n: int) -> int:
+        """The largest ``n`` any rank holds (every rank must call it)."""
+        return max(gather_object([n])) if self.accelerator.num_processes > 1 else n
+
+    def row_rng(self) -> np.random.Generator:
+        """The generator that picks rows to drop or repeat: seeded per run, step and rank."""
+        return np.random.default_rng([self.args.seed, self.state.global_step, self.accelerator.process_index])
 
     def _episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """``env/*`` metrics over all ranks' episodes (every rank computes the same numbers from
