@@ -308,6 +308,26 @@ def test_rtmc_figure1_prior_and_std_norm():
     assert res.step_advantages.tolist() == [approx(v / (sd + D)) for v in vals]
 
 
+def test_rtmc_builds_one_tree_per_prompt_group():
+    # Two prompt groups, one-step rollouts, history signatures: every rollout starts at the empty
+    # history, so the root looks the same in both groups; only the group keeps their trees apart.
+    # p: a -> 1, b -> 0;  q: a -> 1, b -> 1 (all returns equal).
+    recs = (
+        traj("p", "p1", ["o"], ["a"], [1]) + traj("p", "p2", ["o"], ["b"], [0])
+        + traj("q", "q1", ["o"], ["a"], [1]) + traj("q", "q2", ["o"], ["b"], [1])
+    )  # fmt: skip
+    # n_prior 0, gamma 1: p's root Q(a) = 1, Q(b) = 0, V = .5 -> +.5, -.5; q's root Q(a) = Q(b) =
+    # V = 1 -> 0, 0. (One tree over the batch would give Q(a) = 1, Q(b) = .5, V = .75: +-.25 in
+    # both groups, q's equal returns included.)
+    res = compute("rtmc", recs, gamma=1.0, n_prior=0)
+    assert res.step_advantages.tolist() == [0.5, -0.5, 0.0, 0.0]
+    assert res.diagnostics["rtmc_n_states"] == 2.0 and res.diagnostics["rtmc_visits_2"] == 1.0
+    # with the prior (n_prior 2; V_prior = success rate p .5, q 1): V'(p) = (2*.5 + 2*.5)/4 = .5,
+    # V'(q) = (2*1 + 2*1)/4 = 1: the same advantages
+    res = compute("rtmc", recs, gamma=1.0)
+    assert res.step_advantages.tolist() == [approx(0.5), approx(-0.5), 0.0, 0.0]
+
+
 def test_rtmc_env_signatures_first_visit():
     # env signatures: r1 loops (s0, a) -> (s0, a) with rewards [0, 1]; r2 takes (s0, b), reward 0.
     # gamma 1: G r1 = [1, 1], r2 = [0]. First visit only: N(s0,a) = 1 (G=1), N(s0,b) = 1 (G=0),

@@ -3,8 +3,10 @@
 ``agentrl-test/Crash-v0``: count upwards like ``tests/trainer/count_env.py`` (step t is correct
 when the body is ``str(t + 1)``; ``options["length"]`` steps, default 3), except that the body
 ``abort`` calls ``os.abort()`` (the process dies with SIGABRT, as a crashing compiled engine
-would), ``hang`` sleeps for an hour (a wedged call), and ``raise`` raises (an ordinary env
-error, which must not cost the worker). The first observation carries the process id and the
+would), ``hang`` sleeps for an hour (a wedged call), ``raise`` raises (an ordinary env
+error, which must not cost the worker), and ``lock`` / ``local`` answer (without counting the
+step) with an ``info`` that cannot be pickled back to the trainer: a ``threading.Lock``
+(``TypeError``) or a function defined in ``_execute`` (``AttributeError``). The first observation carries the process id and the
 number of envs made in the process, so a test can tell a reused env from a rebuilt one.
 
 ``agentrl-test/Sleep-v0``: the same counting game whose reset and step sleep
@@ -16,6 +18,7 @@ tests.rollout.crash_envs:agentrl-test/Sleep-v0``).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -48,6 +51,10 @@ class CrashEnv(TextEnv):
             time.sleep(3600)
         if body == "raise":
             raise RuntimeError("crash env failure (test)")
+        if body == "lock":  # pickling it: TypeError: cannot pickle '_thread.lock' object
+            return f"Say {self._t + 1}.", 0.0, False, True, {"handle": threading.Lock()}
+        if body == "local":  # pickling it: AttributeError: Can't pickle local object '...<lambda>'
+            return f"Say {self._t + 1}.", 0.0, False, True, {"callback": lambda: None}
         ok = body == str(self._t + 1)
         self._t += 1
         done = self._t >= self._length

@@ -180,6 +180,29 @@ def test_an_env_that_raises_ends_its_episode_and_keeps_its_worker(pools):
     ref.close()
 
 
+def test_an_info_that_cannot_be_pickled_fails_that_call_only(pools):
+    """Pickling an ``info`` back to the trainer fails with ``TypeError`` (a lock) or
+    ``AttributeError`` (a local function), not only ``pickle.PicklingError``: either fails that
+    one call, and the worker, its other slots and that slot's env go on."""
+    pool = pools(CRASH_ID, {}, 3, workers=1, timeout_s=60)  # one worker holds slots 0, 1, 2
+    ref = RefEnvs(CRASH_ID, {}, 3)
+    resets = [(s, s, {"length": 3}) for s in range(3)]
+    pool.reset_many(resets)
+    ref.reset_many(resets)
+    # the worker answers slot 0 first: a worker that died on it would fail slots 1 and 2 as well
+    out = pool.step_many([(0, format_action("lock")), (1, _count(1)), (2, format_action("local"))])
+    assert out[0] == EnvFailure("result: cannot pickle '_thread.lock' object")
+    assert out[1] == ref.step_many([(1, _count(1))])[0]  # "Say 2.", reward 1.0
+    assert out[2] == EnvFailure("result: Can't pickle local object 'CrashEnv._execute.<locals>.<lambda>'")
+    assert pool.replaced == 0
+    # "lock" and "local" do not count a step, so slots 0 and 2 still expect 1 (reward 1.0, "Say 2."
+    # from the same envs: a rebuilt worker would answer "env worker died" until a reset)
+    again = pool.step_many([(0, _count(1)), (1, _count(2)), (2, _count(1))])
+    assert [r[:2] for r in again] == [("Say 2.", 1.0), ("Say 3.", 1.0), ("Say 2.", 1.0)]
+    assert pool.replaced == 0
+    ref.close()
+
+
 def test_envs_are_reused_across_resets_and_resize_keeps_them(pools):
     pool = pools(CRASH_ID, {}, 2, workers=2)
     made = [o for o, _ in pool.reset_many([(0, 0, {}), (1, 1, {})])]

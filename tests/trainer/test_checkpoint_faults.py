@@ -167,6 +167,26 @@ def test_resume_skips_half_written_checkpoints_of_older_runs(tmp_path, tiny_mode
     assert r.returncode == 2 and len(lines) == 1 and "is incomplete (no trainer_state.json)" in lines[0], r.stderr
 
 
+def test_the_newest_checkpoint_is_the_highest_step_not_the_last_name(tmp_path):
+    """Checkpoints 1..11 as a save writes them (trainer_state.json for step N, non-empty weights
+    and optimizer), checkpoint-11 cut short (a 0-byte optimizer.pt). By step the newest complete
+    one is checkpoint-10 (11 skipped); by folder name "checkpoint-9" sorts after "checkpoint-11"
+    and "checkpoint-10" ("9" > "1"), so a name order would resume from step 9 and skip nothing."""
+    from agentrl.train import resume_target
+
+    out = tmp_path / "out"
+    for n in range(1, 12):
+        ck = out / f"checkpoint-{n}"
+        ck.mkdir(parents=True)
+        (ck / "trainer_state.json").write_text(json.dumps({"global_step": n, "max_steps": 20}))
+        (ck / "model.safetensors").write_bytes(b"w" * 8)
+        (ck / "optimizer.pt").write_bytes(b"o" * 8 if n < 11 else b"")
+    ck, skipped = newest_complete(out)
+    assert ck == out / "checkpoint-10"
+    assert [(p.name, why) for p, why in skipped] == [("checkpoint-11", "optimizer.pt is empty")]
+    assert resume_target("true", str(out)) == resume_target("auto", str(out), 20) == str(out / "checkpoint-10")
+
+
 def test_resume_auto(tmp_path, tiny_model_dir, reference):
     from agentrl.recipe_file import RecipeError
     from agentrl.train import RunFinished, resume_target

@@ -1,13 +1,22 @@
-"""Length-grouped, trimmed micro-batches give the same gradient as TRL's shuffled equal split.
+"""Length-grouped, trimmed micro-batches give the same gradient as TRL's shuffled equal split;
+and the rows a rank keeps under ``max_rows_per_rank`` (``balance_rows``), by hand.
 
 Runtime: ~20-30 s on 2 cores (one tiny trainer per loss type).
 """
 
+import numpy as np
 import pytest
 import torch
 from test_trainer import make_cfg, make_trainer
 
-from agentrl.rollout.rows import length_grouped_micro_batches, real_token_share, trim_padding
+from agentrl.rollout.contexts import Row
+from agentrl.rollout.rows import (
+    balance_rows,
+    length_grouped_micro_batches,
+    real_token_share,
+    row_target,
+    trim_padding,
+)
 
 
 def test_trim_padding_by_hand():
@@ -23,6 +32,28 @@ def test_trim_padding_by_hand():
     assert t["advantages"].shape == (2, 3) and t["tool_mask"].shape == (2, 3) and int(t["num_items_in_batch"]) == 4
     # real tokens: prompts 2 + 1, completions 2 + 3 = 8 of 2 x (3 + 4) = 14 before, 2 x (2 + 3) = 10 after
     assert real_token_share([mb]) == pytest.approx(8 / 14) and real_token_share([t]) == pytest.approx(8 / 10)
+
+
+def test_rows_over_the_cap_are_distinct_rows_in_their_order():
+    # 10 rows (completion [k] tells row k apart), cap 8, 2 micro-steps: R = min(10, 8) = 8, already
+    # a multiple of 2. The 8 kept are 8 different rows (a sample without replacement) in their
+    # order: row ids strictly increasing, 2 left out, no filler. Seeds as the trainer's row_rng
+    # makes them ([seed, step, rank]); drawn with replacement, 8 of 10 repeat a row with
+    # probability 1 - 10!/(2! 10^8) = 98% per seed.
+    rows = [Row(prompt=[1], completion=[k], loss_mask=[1], adv=[float(k)]) for k in range(10)]
+    target = row_target(10, 8, 2)
+    assert target == 8
+    for step in range(5):
+        kept, c = balance_rows(rows, target, pad_id=0, rng=np.random.default_rng([0, step, 0]))
+        ids = [r.completion[0] for r in kept]
+        assert len(ids) == 8 and ids == sorted(set(ids)), (step, ids)  # distinct, in order
+        assert all(kept[i] == rows[k] for i, k in enumerate(ids))  # whole rows, advantages included
+        assert (c.real, c.target, c.filler, c.dropped) == (10, 8, 0, 2)
+    # under the target (another rank has 12 rows, no cap: R 12): every row once, in order, then 2
+    # masked fillers
+    kept, c = balance_rows(rows, row_target(12, None, 2), pad_id=0, rng=np.random.default_rng(0))
+    assert kept[:10] == rows and [(r.completion, r.loss_mask) for r in kept[10:]] == [([0], [0])] * 2
+    assert (c.real, c.target, c.filler, c.dropped) == (10, 12, 2, 0)
 
 
 def _grads(tr, micro_batches):
