@@ -152,6 +152,29 @@ class AgentRLConfig(GRPOConfig):
                           "Only computed when the credit module needs fingerprints."},
     )
 
+    # --- algorithm and update ------------------------------------------------------------------
+    algorithm: str | None = field(
+        default=None,
+        metadata={"help": "The algorithm plug-in (agentrl.algorithms: grpo, appo, collab, or one a module in "
+                          "env_modules registers). Unset: inferred from the older keys (collab: set -> collab, "
+                          "credit: appo -> appo, else grpo)."},
+    )
+    algorithm_kwargs: dict | str | None = field(
+        default=None,
+        metadata={"help": "The algorithm's own kwargs (mapping or JSON), checked against its declared params."},
+    )
+    nonfinite_max_consecutive: int = field(
+        default=3,
+        metadata={"help": "An optimizer step whose loss or gradient holds NaN/inf is skipped (no update, schedule "
+                          "held, counted as train/nonfinite_steps); this many skips in a row stop the run with "
+                          "one line and exit 2 (0: never stop)."},
+    )
+    allow_cudnn_attention: bool = field(
+        default=False,
+        metadata={"help": "Let SDPA use cuDNN attention in training. Off: its backward returns NaN gradients on "
+                          "H100/H200 with torch >= 2.11 at sequence lengths 64 mod 128 (pytorch/pytorch#196678)."},
+    )
+
     # --- collaboration (CCPO / SEPO, agentrl.collab) ------------------------------------------
     collab: dict | str | None = field(
         default=None,
@@ -200,7 +223,7 @@ class AgentRLConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        for name in ("env_kwargs", "credit_kwargs", "task_options", "collab_models"):
+        for name in ("env_kwargs", "credit_kwargs", "task_options", "collab_models", "algorithm_kwargs"):
             v = getattr(self, name)
             if isinstance(v, str):
                 try:
@@ -280,6 +303,7 @@ VALUE_CHECKS: list[tuple[str, Callable[[Any], bool], str]] = [
     ("collab_policies", lambda v: v in ("shared", "lora", "full"), "one of shared, lora, full"),
     ("role_schedule", lambda v: v in ("blocks", "both"), "one of blocks, both"),
     ("role_block_steps", lambda v: v >= 1, ">= 1"),
+    ("nonfinite_max_consecutive", lambda v: v >= 0, ">= 0 (0: never stop)"),
 ]
 
 
@@ -306,7 +330,9 @@ def check_values(cfg: AgentRLConfig) -> None:
 
 
 # Defaults applied when a recipe does not set them (GRPOConfig's are for GPU LLM training).
-_AGENT_DEFAULTS = {"max_completion_length": 64, "remove_unused_columns": False, "report_to": None}
+# logging_nan_inf_filter off: a NaN loss is logged as NaN, never replaced by an average.
+_AGENT_DEFAULTS = {"max_completion_length": 64, "remove_unused_columns": False, "report_to": None,
+                   "logging_nan_inf_filter": False}
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -330,6 +356,8 @@ KEY_GROUPS: dict[str, list[str]] = {
     "rollout": ["context_mode", "history_length", "max_turns", "max_prompt_tokens", "prefill", "stop_strings",
                 "valid_action_reward", "max_rows_per_rank", "save_rollouts", "env_workers", "env_timeout_s"],
     "credit": ["credit", "credit_kwargs", "gamma", "fingerprint_layer"],
+    "algorithm and update": ["algorithm", "algorithm_kwargs", "loss_type", "nonfinite_max_consecutive",
+                             "allow_cudnn_attention"],
     "collaboration": ["collab", "collab_policies", "role_schedule", "role_block_steps", "collab_rating_template",
                       "collab_models"],
     "run folder and launch": ["output_dir", "overwrite_output_dir", "resume_from_checkpoint", "accelerate_config"],
@@ -450,6 +478,30 @@ def validate_algorithm(cfg: AgentRLConfig) -> None:
     algorithms.check(cfg)
 
 
+# GRPOConfig features our losses (agentrl.losses) do not implement: (key, is it in use?, why).
+_LOSS_UNSUPPORTED = [
+    ("top_entropy_quantile", lambda c: c.top_entropy_quantile != 1.0, "the high-entropy token mask"),
+    ("entropy_coef", lambda c: c.entropy_coef != 0.0 or c.use_adaptive_entropy, "the entropy bonus"),
+    ("off_policy_mask_threshold", lambda c: c.off_policy_mask_threshold is not None, "the off-policy sequence mask"),
+    ("use_liger_kernel", lambda c: bool(c.use_liger_kernel), "Liger's fused GRPO loss"),
+]
+
+
+def validate_loss(cfg: AgentRLConfig) -> None:
+    """The algorithm's policy loss is registered (``agentrl.losses``) and the recipe asks for no
+    TRL loss feature agentrl's losses leave out."""
+    from agentrl import algorithms, losses
+
+    name, _ = algorithms.for_config(cfg).loss(cfg)
+    if name not in losses.policy_loss_names():
+        raise RecipeError(f"loss_type {name!r} is not a registered policy loss; registered: "
+                          f"{', '.join(losses.policy_loss_names())}")
+    for key, used, what in _LOSS_UNSUPPORTED:
+        if used(cfg):
+            raise RecipeError(f"{key}: {what} is not implemented by agentrl's policy losses; leave {key} at "
+                              "its default")
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
@@ -525,7 +577,7 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
     for k, v in _AGENT_DEFAULTS.items():
         data.setdefault(k, v)
     # dict fields go through argparse as strings; pass them as JSON so both paths agree
-    for k in ("env_kwargs", "credit_kwargs", "task_options", "collab", "collab_models"):
+    for k in ("env_kwargs", "credit_kwargs", "task_options", "collab", "collab_models", "algorithm_kwargs"):
         if isinstance(data.get(k), dict):
             data[k] = json.dumps(data[k])
 
@@ -560,6 +612,7 @@ def validate_config(cfg: AgentRLConfig) -> None:
     validate_tasks(cfg)
     validate_credit(cfg.credit, {"gamma": cfg.gamma, **(cfg.credit_kwargs or {})})
     validate_algorithm(cfg)
+    validate_loss(cfg)
     validate_model(cfg.model_name_or_path)
     if cfg.use_vllm and not vllm_available():
         raise RecipeError("use_vllm: true needs vllm (pip install 'agentrl[vllm]' on a CUDA machine); "

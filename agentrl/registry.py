@@ -1,10 +1,15 @@
-"""Named plug-in classes registered at their definition (contexts, algorithms): one decorator
-factory, so every registry refuses a taken name the same way."""
+"""Named plug-ins registered at their definition (contexts, algorithms): one decorator factory,
+so every registry refuses a taken name the same way; and ``Param``, one typed kwarg of a plug-in
+(credit estimators, algorithms), checked when a recipe loads."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
 
 T = TypeVar("T", bound=type)
 
@@ -24,3 +29,61 @@ def class_registrar(table: dict[str, type], kind: str) -> Callable[[str], Callab
         return deco
 
     return register
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kwarg of a plug-in (a credit estimator, an algorithm): default, kind (for validation) and docstring."""
+
+    default: Any
+    doc: str
+    kind: str  # float | int | bool | choice | eps | callable | str | mapping | any
+    choices: tuple[Any, ...] = ()
+    lo: float | None = None
+    hi: float | None = None
+
+    def check(self, owner: str, key: str, v: Any) -> Any:
+        """``v`` as its kind (float, int, ...), or a ValueError naming ``owner`` and ``key``."""
+        def bad(msg: str) -> ValueError:
+            return ValueError(f"{owner}: kwarg {key}={v!r} {msg}")
+
+        is_num = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+        if self.kind == "choice":
+            if v not in self.choices:
+                raise bad(f"must be one of {', '.join(map(repr, self.choices))}")
+            return v
+        if self.kind == "bool":
+            if not isinstance(v, (bool, np.bool_)):
+                raise bad("must be true or false")
+            return bool(v)
+        if self.kind == "str":
+            if not isinstance(v, str) or not v:
+                raise bad("must be a non-empty string")
+            return v
+        if self.kind == "mapping":
+            if v is not None and not isinstance(v, dict):
+                raise bad("must be a mapping")
+            return v
+        if self.kind == "any":
+            return v
+        if self.kind == "callable":
+            if v is not None and not callable(v):
+                raise bad("must be a callable (list[str] -> array of shape (n, d)) or None")
+            return v
+        if self.kind == "eps" and v == "auto":
+            return v
+        if self.kind == "int":
+            if not (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))):
+                raise bad("must be an integer")
+            v = int(v)
+        else:
+            if not is_num:
+                raise bad("must be a number" + (" or 'auto'" if self.kind == "eps" else ""))
+            v = float(v)
+            if not math.isfinite(v):
+                raise bad("must be finite")
+        if self.lo is not None and v < self.lo or self.hi is not None and v > self.hi:
+            if self.hi is None:
+                raise bad(f"must be >= {self.lo}")
+            raise bad(f"must be <= {self.hi}" if self.lo is None else f"must be in [{self.lo}, {self.hi}]")
+        return v

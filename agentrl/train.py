@@ -2,7 +2,8 @@
 
 Also ``accelerate launch --config_file accelerate_configs/zero3.yaml -m agentrl.train RECIPE.yaml``.
 Bad input (unknown key, env id, credit module, missing model folder, vLLM absent, a value out of
-range) prints one line on stderr and exits with code 2. ``--resume_from_checkpoint
+range) prints one line on stderr and exits with code 2; so does a run whose updates the non-finite
+guard refused ``nonfinite_max_consecutive`` times in a row. ``--resume_from_checkpoint
 PATH|true|auto`` continues a run (true: the newest complete checkpoint; auto: that, or start an
 empty folder, or do nothing for a finished run; see ``resume_target``); a non-empty ``output_dir``
 is refused otherwise, unless ``--overwrite_output_dir true`` (the folder is then cleared first).
@@ -316,7 +317,15 @@ def main(argv: list[str] | None = None) -> int:
         left = clear_staging(cfg.output_dir)
         if left:
             _say(f"removed {', '.join(left)}: half-written by a killed run")
-    trainer.train(resume_from_checkpoint=resume)
+    from agentrl.trainer.guard import NonFiniteStop
+
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    except NonFiniteStop as e:  # every rank stops at the same step (the guard's verdict is global)
+        if trainer.accelerator.is_main_process:
+            _fail("agentrl train", e)
+        _leave_together(trainer)
+        return 2
     trainer.save_model(cfg.output_dir)
     if trainer.accelerator.is_main_process:
         from agentrl.runinfo import mark_finished

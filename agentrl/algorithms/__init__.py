@@ -1,9 +1,9 @@
 """Algorithm plug-ins for ``AgentGRPOTrainer``: registered at their definition, chosen by the recipe.
 
 ``Algorithm`` (``base``) lists the hooks; ``appo`` and ``collab`` are the built-in plug-ins besides
-the GRPO-style default. A recipe selects one through the keys it already has
-(``algorithm_name``): ``collab:`` set (or a collaboration credit) -> ``collab``; ``credit: appo`` ->
-``appo``; anything else -> ``grpo`` (the recipe's credit module, per record).
+the GRPO-style default. A recipe names one with ``algorithm:`` (and its ``algorithm_kwargs``);
+without it, ``algorithm_name`` infers it from the keys older recipes have: ``collab:`` set (or a
+collaboration credit) -> ``collab``; ``credit: appo`` -> ``appo``; anything else -> ``grpo``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from . import appo, collab  # noqa: F401,E402  (register the built-in plug-ins)
 
 def algorithm_name(cfg) -> str:
     """The registered algorithm a config runs (see the module docstring)."""
+    if getattr(cfg, "algorithm", None):
+        return cfg.algorithm
     if cfg.collab or cfg.credit in collab.COLLAB_CREDITS:
         return "collab"
     return cfg.credit if cfg.credit in algorithm_names() else "grpo"
@@ -26,8 +28,15 @@ def for_config(cfg) -> Algorithm:
 
 
 def check(cfg) -> None:
-    """RecipeError (one line) for settings the config's algorithm cannot run with."""
-    get_algorithm(algorithm_name(cfg))().check(cfg)
+    """RecipeError (one line) for an unknown algorithm, bad ``algorithm_kwargs``, or settings the
+    config's algorithm cannot run with."""
+    from agentrl.recipe_file import RecipeError
+
+    try:
+        algo = for_config(cfg)
+    except (KeyError, ValueError) as e:
+        raise RecipeError(str(e).strip("'\"")) from None
+    algo.check(cfg)
 
 
 __all__ = ["Advantages", "Algorithm", "algorithm_name", "algorithm_names", "check", "for_config", "get_algorithm",

@@ -1,10 +1,11 @@
 """APPO as an algorithm plug-in (arXiv:2606.12384): branch at decision points, credit tokens from both groups.
 
-``credit: appo`` selects it. Its hooks on ``AgentGRPOTrainer``'s steps:
+``algorithm: appo`` (or, in older recipes, ``credit: appo``) selects it. Its hooks on
+``AgentGRPOTrainer``'s steps:
 
-1. ``extra_episodes``: after the initial rollouts (trajectory mode), one no-grad forward gives
+1. ``roll_out``: after the initial rollouts (trajectory mode), one no-grad forward gives
    every completion token its entropy H_t (Eq. 3, full vocabulary at the sampling temperature,
-   TRL's own ``_get_per_token_logps_and_entropies``) and its log-prob under the policy and under
+   the update's own forward, ``AgentGRPOTrainer.completion_logps``) and its log-prob under the policy and under
    the Omega baseline; Omega (Eq. 4) is taken over model tokens only. Branch points are chosen per
    prompt group (``appo_branch_points.choose_branch_points``, Eq. 5) among the *eligible* tokens:
    model tokens that are not special (EOS) and not whitespace only. One continuation per point is
@@ -13,8 +14,9 @@
    the branch step (``inherit_prefix_rewards``); the ``appo`` estimator gives the records their
    group-relative outcomes and ``token_advantages`` maps them onto each initial rollout's tokens
    (Eq. 6) over the gathered records of all ranks. Branches have no rows (their context gives none).
-3. ``loss_transform``: Eq. 7's future-aware weight A~ = A (1 + b f) on each loss micro-batch,
-   from the loss's own detached log-probs.
+3. ``loss``: the registered policy loss ``appo``: Eq. 7's future-aware weight A~ = A (1 + b f) on
+   each micro-batch, from the loss's own detached log-probs, then the recipe's ``loss_type`` form
+   of the clipped surrogate on A~ (with b = 0 the ``loss_type`` loss itself).
 
 Omega's rollout-time baseline (``omega_baseline``): Eq. 4's pi_theta / pi_old is 1 for rollouts
 just sampled. Default ``"ref"``: log rho = log pi_theta - log pi_ref (the reference log-probs the
@@ -40,6 +42,7 @@ from agentrl.algorithms import appo_branch_points as S
 from agentrl.algorithms.base import Advantages, Algorithm, register_algorithm
 from agentrl.credit import appo as appo_credit
 from agentrl.credit.registry import resolve
+from agentrl.losses import LossBatch, LossOutput, LossSettings, get_policy_loss, register_policy_loss
 from agentrl.recipe_file import RecipeError
 from agentrl.rollout.branching import BranchContext, branch_task
 from agentrl.rollout.contexts import TrajectoryTokens
@@ -152,23 +155,19 @@ class Appo(Algorithm):
     """APPO's hooks (module docstring). ``kwargs`` are the resolved ``appo`` credit kwargs.
 
     For tests and tools: ``last_branching`` (the latest iteration's token statistics, Omega,
-    branch points, branch tasks, branches and token advantages) and ``last_future`` (the latest
-    loss micro-batch's Eq. 7 inputs and outputs, numpy).
+    branch points, branch tasks, branches and token advantages); the latest loss micro-batch's
+    Eq. 7 inputs and outputs (numpy) are the trainer's ``last_loss.debug``.
     """
 
     def __init__(self, config=None):
         super().__init__(config)
         self.kwargs = appo_kwargs(config) if config is not None else {}
+        """The resolved ``appo`` credit kwargs (APPO's settings live with its estimator)."""
         self.last_branching: dict[str, Any] | None = None
-        self.last_future: dict[str, np.ndarray] | None = None
         self._metrics: dict[str, float] = {}
         self._special: set[int] = set()
         self._blank: dict[int, bool] = {}
         self._tokenizer = None
-
-    @property
-    def transforms_loss(self) -> bool:  # b = 0 turns Eq. 7 off: TRL's loss runs untouched
-        return bool(self.kwargs.get("b"))
 
     def check(self, cfg) -> None:
         kw = appo_kwargs(cfg)
@@ -212,7 +211,12 @@ class Appo(Algorithm):
         return {"entropy": ent, "log_ratio": logp - (logp if base is None else base),
                 "model_mask": model_mask, "eligible": eligible}
 
-    def extra_episodes(self, trainer, episodes: list[Episode]) -> list[Episode]:
+    def roll_out(self, trainer, tasks: list[dict]) -> list[Episode]:
+        """The initial rollouts, then their branches (``branches``)."""
+        episodes = trainer.rollout(tasks)
+        return episodes + self.branches(trainer, episodes)
+
+    def branches(self, trainer, episodes: list[Episode]) -> list[Episode]:
         """The branches of this rank's initial rollouts (collective: every rank rolls out while
         any has branches)."""
         t0 = time.perf_counter()
@@ -258,25 +262,11 @@ class Appo(Algorithm):
         return Advantages(adv, diag, tok), state
 
     # ------------------------------------------------------------------ loss
-    def loss_transform(self, trainer, logps, inputs):
-        """A~ of one micro-batch from its current log-probs (Eq. 7) and the weight's metrics."""
-        import torch
-
-        adv_t = inputs["advantages"]
-        adv = adv_t.detach().float().cpu().numpy()
-        if adv.ndim == 1:
-            adv = np.repeat(adv[:, None], logps.size(1), axis=1)
-        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
-        lp = logps.float().cpu().numpy()
-        old_t = inputs.get("old_per_token_logps")
-        old = lp if old_t is None else old_t.detach().float().cpu().numpy()
-        m = mask.detach().cpu().numpy().astype(bool)
-        new, f = future_aware(adv, lp, old, m, self.kwargs)
-        self.last_future = {"advantages": adv, "weight": f, "logps": lp, "old_logps": old, "mask": m,
-                            "weighted": new}
-        metrics = ({"appo/future_weight_mean": float(f[m].mean()), "appo/future_weight_max": float(f[m].max())}
-                   if m.any() else {})
-        return torch.as_tensor(new, dtype=adv_t.dtype, device=adv_t.device), metrics
+    def loss(self, config) -> tuple[str, dict[str, Any]]:
+        """``appo`` (Eq. 7 on the recipe's ``loss_type``), or with b = 0 the ``loss_type`` loss."""
+        if not self.kwargs.get("b"):
+            return config.loss_type, {}
+        return "appo", {"appo": self.kwargs, "reduction": config.loss_type}
 
     # ------------------------------------------------------------------ metrics
     def metric_episodes(self, episodes: list[Episode]) -> list[Episode]:
@@ -284,3 +274,28 @@ class Appo(Algorithm):
 
     def metrics(self, trainer) -> dict[str, float]:
         return {k: v for k, v in self._metrics.items() if np.isfinite(v)}
+
+
+@register_policy_loss("appo")
+def future_aware_loss(b: LossBatch, s: LossSettings) -> LossOutput:
+    """APPO's loss (Eq. 7): the advantages reweighted by the future-aware term from the detached
+    log-probs, then the ``reduction`` loss of the GRPO family (``settings.options``: ``appo``, the
+    resolved APPO kwargs; ``reduction``, a registered loss name)."""
+    import torch
+
+    lp = b.logps.detach().cpu().numpy()
+    old = lp if b.old_logps is None else b.old_logps.detach().cpu().numpy()
+    adv = b.advantages.detach().cpu().numpy()
+    mask = b.mask.detach().cpu().numpy().astype(bool)
+    new, f = future_aware(adv, lp, old, mask, s.options["appo"])
+    weighted = LossBatch(logps=b.logps, advantages=torch.as_tensor(new, dtype=b.advantages.dtype,
+                                                                   device=b.advantages.device),
+                         mask=b.mask, old_logps=b.old_logps, ref_logps=b.ref_logps, entropy=b.entropy)
+    out = get_policy_loss(s.options["reduction"])(weighted, s)
+    weight = torch.as_tensor(f, dtype=torch.float32, device=b.mask.device)
+    out.means.update({"appo/future_weight_mean": (weight[b.mask.bool()].sum(), b.mask.sum())})
+    m = b.mask.bool()
+    row_max = torch.where(m, weight, float("-inf")).amax(-1)
+    out.extremes["appo/future_weight_max"] = ("max", torch.where(m.any(-1), row_max, float("nan")))
+    out.debug = {"advantages": adv, "weight": f, "logps": lp, "old_logps": old, "mask": mask, "weighted": new}
+    return out

@@ -1,34 +1,32 @@
-"""The algorithm plug-in: a few named hooks that ``AgentGRPOTrainer``'s steps call, and its registry.
+"""The algorithm plug-in: nine named hooks that ``AgentGRPOTrainer``'s steps call, and its registry.
 
-An RL algorithm on agent episodes differs from GRPO in a few places only: it may play more
-episodes after the rollout (APPO's branches), turn the gathered records into advantages its own
-way (per record or per token, with state carried across iterations), reweight the advantages
-inside the loss (APPO's Eq. 7) and refuse settings it cannot run with. Each place is one hook
-here; the trainer has one TRL subclass and calls them, so an algorithm is a small object, not a
-trainer subclass. ``Algorithm`` itself is the GRPO-style default: every hook is the identity or
-the plain credit module.
+An RL algorithm on agent episodes differs from GRPO in a few places only: what it plays (APPO's
+branches, a collaboration's roles), how the gathered records become advantages (per record or per
+token, with state carried across iterations), the loss it trains with (a registered policy loss:
+``agentrl.losses``) and the settings it refuses. Each place is one hook here. Where a run's rows
+train (several policies, their checkpoints) is the job of its update runner
+(``agentrl.algorithms.runner``), which the ``runner`` hook returns.
 
-Algorithms register at their definition (``@register_algorithm("name")``, duplicates refused, as
-``agentrl.credit.registry`` does for estimators). A recipe does not name the algorithm: it follows
-from the keys it already has (``algorithm_name``), so every recipe keeps its behaviour.
+Algorithms register at their definition (``@register_algorithm("name")``, duplicates refused,
+as ``agentrl.credit.registry`` does for estimators) with their typed kwargs (``params``:
+``agentrl.registry.Param``, checked when the recipe loads). A recipe names one with the
+``algorithm`` key and its ``algorithm_kwargs``; without it, ``algorithm_name`` infers it from the
+keys older recipes have (``collab:`` -> collab, ``credit: appo`` -> appo, else grpo).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from agentrl.registry import class_registrar
+from agentrl.registry import Param, class_registrar
 
 if TYPE_CHECKING:
-    import torch
-
+    from agentrl.algorithms.runner import UpdateRunner
     from agentrl.records import StepRecord
-    from agentrl.rollout.contexts import Row
     from agentrl.rollout.episodes import Episode
-    from agentrl.rollout.rows import RowCounts
 
 
 @dataclass
@@ -45,50 +43,33 @@ class Advantages:
 
 
 class Algorithm:
-    """GRPO-style default: one rollout, the recipe's credit module per record, TRL's loss as is.
+    """GRPO-style default: one rollout, the recipe's credit module per record, the recipe's
+    ``loss_type`` as the policy loss, the trainer's model trained on every row.
 
     Hooks (all optional to override):
 
     * ``check(config)``: raise ``RecipeError`` (one line) for settings it cannot run with;
-    * ``bind(trainer)``: once, after the trainer is built (caches that need its tokenizer);
-    * ``extra_episodes(trainer, episodes) -> list[Episode]``: more episodes after the rollout
-      (collective: play them with ``trainer.rollout``, the same number of calls on every rank);
-      they get credit, and rows from their own context (a ``branch`` context gives none);
+    * ``bind(trainer)``: once, after the trainer is built (caches, the runner's policies);
+    * ``roll_out(trainer, tasks) -> list[Episode]``: this rank's episodes of an iteration (a
+      collective: play with ``trainer.rollout``, the same number of calls on every rank);
     * ``shape_rewards(episodes)``: this rank's episodes after the trainer's reward shaping,
       before the records are gathered;
     * ``advantages(trainer, episodes, records, state) -> (Advantages, state)``: the global
-      records' advantages; ``state`` is what the previous iteration returned (``initial_state``
-      at the start, restored from checkpoints by the trainer);
-    * ``loss_transform(trainer, logps, inputs) -> (advantages, metrics)``: the advantages TRL's
-      loss uses for one micro-batch, from the loss's own detached log-probs; only called when
-      ``transforms_loss`` is True;
+      records' advantages; ``state`` is what the previous iteration returned (None at first);
+    * ``loss(config) -> (name, options)``: the registered policy loss and its own options;
     * ``metric_episodes(episodes)``: the episodes ``env/*`` metrics are over;
-    * ``metrics(trainer) -> dict``: the algorithm's own metrics of the iteration.
-
-    Hooks that decide who plays and what trains (the defaults are the trainer's own steps; the
-    ``collab`` plug-in plays roles with their own policies and trains them in turn):
-
-    * ``roll_out(trainer, tasks) -> list[Episode]``: this rank's episodes of an iteration;
-    * ``row_groups(trainer, episodes, credited, mode) -> list[list[Row]]``: the training rows, in
-      groups that ``balance_rows`` evens out each on its own;
-    * ``balance_rows(trainer, groups, mode) -> (rows, RowCounts)``: the same row count on every rank;
-    * ``pad_id(trainer)``, ``loss_model(trainer)``: the pad id of the rows and the model they train;
-    * ``old_logps(trainer, batch, mode) -> dict``: the batch's old / reference log-probs;
-    * ``regroups_micro_batches(trainer) -> bool``, ``micro_batches(trainer, batch) -> list[dict]``:
-      whether the trainer cuts the rollout's micro-batches itself, and how;
-    * ``begin_micro_step(trainer, model) -> model``, ``end_micro_step(trainer)``: around each
-      training micro-step (the model it trains; an optimizer step of a model TRL does not own);
-    * ``save_checkpoint(trainer, output_dir)``, ``load_checkpoint(trainer, checkpoint, state) ->
-      state``: the algorithm's part of a checkpoint (after TRL's optimizer and scheduler);
-    * ``save_model(trainer, output_dir)``: more files in the final model folder.
+    * ``metrics(trainer) -> dict``: the algorithm's own metrics of the iteration;
+    * ``runner(trainer) -> UpdateRunner``: where the rows train (``agentrl.algorithms.runner``).
     """
 
-    name = "grpo"
-    transforms_loss = False
-    """Whether ``loss_transform`` is called (the trainer skips the interception otherwise)."""
+    name: ClassVar[str] = "grpo"
+    params: ClassVar[dict[str, Param]] = {}
+    """The algorithm's kwargs (recipe key ``algorithm_kwargs``), checked when the recipe loads."""
 
     def __init__(self, config=None):
         self.config = config
+        self.kwargs = resolve_kwargs(type(self), config) if config is not None else {}
+        """The recipe's ``algorithm_kwargs`` with defaults filled in."""
 
     def check(self, config) -> None:
         """Nothing beyond the credit module's own validation."""
@@ -96,12 +77,9 @@ class Algorithm:
     def bind(self, trainer) -> None:
         """No per-run caches."""
 
-    def initial_state(self) -> Any:
-        """The state before the first iteration (None: stateless)."""
-        return None
-
-    def extra_episodes(self, trainer, episodes: list[Episode]) -> list[Episode]:
-        return []
+    def roll_out(self, trainer, tasks: list[dict]) -> list[Episode]:
+        """The current policy plays ``tasks``."""
+        return trainer.rollout(tasks)
 
     def shape_rewards(self, episodes: list[Episode]) -> None:
         """No shaping beyond ``valid_action_reward``."""
@@ -112,8 +90,9 @@ class Algorithm:
         adv, diag = trainer.compute_credit(records)
         return Advantages(adv, diag), state
 
-    def loss_transform(self, trainer, logps: torch.Tensor, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict]:
-        return inputs["advantages"], {}
+    def loss(self, config) -> tuple[str, dict[str, Any]]:
+        """The recipe's ``loss_type`` (``agentrl.losses.policy``), no options of its own."""
+        return config.loss_type, {}
 
     def metric_episodes(self, episodes: list[Episode]) -> list[Episode]:
         return episodes
@@ -121,58 +100,11 @@ class Algorithm:
     def metrics(self, trainer) -> dict[str, float]:
         return {}
 
-    # ------------------------------------------------------------------ who plays, what trains
-    def roll_out(self, trainer, tasks: list[dict]) -> list[Episode]:
-        """The current policy plays ``tasks``; then ``extra_episodes``."""
-        episodes = trainer.rollout(tasks)
-        return episodes + self.extra_episodes(trainer, episodes)
+    def runner(self, trainer) -> UpdateRunner:
+        """The trainer's model trains on every row."""
+        from agentrl.algorithms.runner import UpdateRunner
 
-    def row_groups(self, trainer, episodes: list[Episode], credited, mode: str) -> list[list[Row]]:
-        """One group: every episode's rows."""
-        return [trainer.episode_rows(episodes, credited)]
-
-    def balance_rows(self, trainer, groups: list[list[Row]], mode: str) -> tuple[list[Row], RowCounts]:
-        """All rows to one count R on every rank (``agentrl.rollout.rows``)."""
-        return trainer.balance_rows([r for g in groups for r in g], mode)
-
-    def pad_id(self, trainer) -> int:
-        """The trainer's tokenizer's pad id."""
-        return trainer._tokenizer.pad_token_id
-
-    def loss_model(self, trainer):
-        """The trainer's model."""
-        return trainer.model
-
-    def old_logps(self, trainer, batch: dict[str, Any], mode: str) -> dict[str, torch.Tensor]:
-        """The trainer's (``AgentGRPOTrainer.logps_for_loss``)."""
-        return trainer.logps_for_loss(batch, mode)
-
-    def regroups_micro_batches(self, trainer) -> bool:
-        """Where the gradient does not depend on it (``AgentGRPOTrainer.groups_rows_by_length``)."""
-        return trainer.groups_rows_by_length()
-
-    def micro_batches(self, trainer, batch: dict[str, Any]) -> list[dict[str, Any]]:
-        """``steps_per_generation`` micro-batches of rows of similar length."""
-        from agentrl.rollout.rows import length_grouped_micro_batches
-
-        return length_grouped_micro_batches(batch, trainer.args.steps_per_generation)
-
-    def begin_micro_step(self, trainer, model):
-        """The micro-step trains ``model``."""
-        return model
-
-    def end_micro_step(self, trainer) -> None:
-        """Nothing after a micro-step."""
-
-    def save_checkpoint(self, trainer, output_dir: str) -> None:
-        """Nothing beyond TRL's checkpoint."""
-
-    def load_checkpoint(self, trainer, checkpoint: str, state: Any) -> Any:
-        """The state as it is."""
-        return state
-
-    def save_model(self, trainer, output_dir: str) -> None:
-        """Nothing beyond TRL's model folder."""
+        return UpdateRunner(trainer)
 
 
 _ALGORITHMS: dict[str, type[Algorithm]] = {}
@@ -192,3 +124,15 @@ def get_algorithm(name: str) -> type[Algorithm]:
     if name not in _ALGORITHMS:
         raise KeyError(f"unknown algorithm {name!r}; registered: {', '.join(algorithm_names())}")
     return _ALGORITHMS[name]
+
+
+def resolve_kwargs(cls: type[Algorithm], config) -> dict[str, Any]:
+    """``config.algorithm_kwargs`` checked against ``cls.params`` (unknown names and bad values
+    are ValueErrors naming the algorithm), defaults filled in."""
+    given = dict(getattr(config, "algorithm_kwargs", None) or {})
+    unknown = sorted(set(given) - set(cls.params))
+    if unknown:
+        known = ", ".join(sorted(cls.params)) or "none"
+        raise ValueError(f"algorithm {cls.name!r} has no kwarg {unknown[0]!r} (its kwargs: {known})")
+    return {k: p.check(f"algorithm {cls.name!r}", k, given[k]) if k in given else p.default
+            for k, p in cls.params.items()}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +29,7 @@ from agentrl.rollout.rows import (
     balance_rows,
     length_grouped_micro_batches,
     row_target,
+    take,
     trim_padding,
 )
 
@@ -102,31 +102,26 @@ class RoleSteps:
         each step into ``grad_accum`` micro-batches (grouped by length when ``by_length``: the
         step's gradient does not depend on the grouping then, see ``length_grouped_micro_batches``).
 
-        ``num_items_in_batch`` of every micro-batch is set so that TRL's token-mean losses
-        (``dapo``) divide by the tokens of that optimizer step, across ranks (``count``: the
-        all-rank sum of a local count), not by those of the whole rollout: TRL's normaliser is
-        ``num_items_in_batch * gradient_accumulation_steps / steps_per_generation``.
+        ``num_items_in_batch`` of every micro-batch is set so that the token-mean loss (``dapo``)
+        divides by the tokens of that optimizer step, across ranks (``count``: the all-rank sum of
+        a local count), not by those of the whole rollout: its normaliser is
+        ``num_items_in_batch * gradient_accumulation_steps / steps_per_generation``
+        (``agentrl.trainer.update.loss_settings``).
         """
-        rows = batch["prompt_ids"].shape[0]
+        rows = batch["input_ids"].shape[0]
         steps = self.steps_per_generation // self.grad_accum
         if rows % self.steps_per_generation:
             raise ValueError(f"{rows} rows do not split into {self.steps_per_generation} micro-batches")
         size = rows // steps
         out = []
         for s in range(steps):
-            step = take_rows(batch, torch.arange(s * size, (s + 1) * size), rows)
-            items = count(step["tool_mask"].sum())
+            step = take(batch, torch.arange(s * size, (s + 1) * size))
+            items = count(step["loss_mask"].sum())
             step["num_items_in_batch"] = items * self.steps_per_generation / self.grad_accum
             if by_length:
                 out += length_grouped_micro_batches(step, self.grad_accum)
             else:
                 m = size // self.grad_accum
-                out += [trim_padding(take_rows(step, torch.arange(i * m, (i + 1) * m), size))
+                out += [trim_padding(take(step, torch.arange(i * m, (i + 1) * m)))
                         for i in range(self.grad_accum)]
         return out
-
-
-def take_rows(batch: dict[str, Any], idx: torch.Tensor, rows: int) -> dict[str, Any]:
-    """Rows ``idx`` of every per-row tensor of ``batch``; other entries (0-d tensors) as they are."""
-    return {k: v[idx.to(v.device)] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == rows else v
-            for k, v in batch.items()}

@@ -9,10 +9,10 @@ the same completions with a constant reward function.
 
 Timing: a step is the wall time from ``on_step_begin`` to ``on_step_end`` (generation, loss,
 backward and the optimizer step). It splits into *generation* (inside ``_generate_single_turn``,
-the same TRL method in both), *update* (the step outside ``_generate_and_score_completions``:
-forward, backward, optimizer) and *rest* (everything else inside
-``_generate_and_score_completions``: for agentrl the envs, credit and rows; for TRL rewards and
-advantages). Each repeat calls ``train()`` on both trainers, alternately (so that a change in
+the same TRL method in both), *update* (the step outside the rollout step:
+forward, backward, optimizer) and *rest* (everything else inside the rollout step, agentrl's
+``make_iteration_batch`` or TRL's ``_generate_and_score_completions``: for agentrl the envs,
+credit and rows; for TRL rewards and advantages). Each repeat calls ``train()`` on both trainers, alternately (so that a change in
 the machine's load hits both), for ``1 + --steps`` steps; the first step of each call is a
 warm-up and is left out. Medians over repeats x steps are printed, and the ratio of medians.
 """
@@ -74,10 +74,17 @@ def _timed(cls):
             finally:
                 self.clock.cur["generation"] = self.clock.cur.get("generation", 0.0) + time.perf_counter() - t0
 
-        def _generate_and_score_completions(self, *a, **kw):
+        def _generate_and_score_completions(self, *a, **kw):  # TRL's rollout step
             t0 = time.perf_counter()
             try:
                 return super()._generate_and_score_completions(*a, **kw)
+            finally:
+                self.clock.cur["score"] = self.clock.cur.get("score", 0.0) + time.perf_counter() - t0
+
+        def make_iteration_batch(self, *a, **kw):  # agentrl's
+            t0 = time.perf_counter()
+            try:
+                return super().make_iteration_batch(*a, **kw)
             finally:
                 self.clock.cur["score"] = self.clock.cur.get("score", 0.0) + time.perf_counter() - t0
 

@@ -9,12 +9,13 @@ episode term's ``episode_stats``, ``episode_singleton`` and ``penalty`` (README.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from agentrl.registry import Param
 
 from . import parts
 
@@ -34,51 +35,6 @@ class CreditResult:
     """Estimator name."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """The full kwargs used, defaults filled in (eps resolved when eps='auto')."""
-
-
-@dataclass(frozen=True)
-class Param:
-    """One estimator kwarg: default, kind (for validation) and docstring."""
-
-    default: Any
-    doc: str
-    kind: str  # float | int | bool | choice | eps | callable
-    choices: tuple[Any, ...] = ()
-    lo: float | None = None
-    hi: float | None = None
-
-    def check(self, est: str, key: str, v: Any) -> Any:
-        def bad(msg: str) -> ValueError:
-            return ValueError(f"credit estimator {est!r}: kwarg {key}={v!r} {msg}")
-
-        is_num = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-        if self.kind == "choice":
-            if v not in self.choices:
-                raise bad(f"must be one of {', '.join(map(repr, self.choices))}")
-            return v
-        if self.kind == "bool":
-            if not isinstance(v, (bool, np.bool_)):
-                raise bad("must be true or false")
-            return bool(v)
-        if self.kind == "callable":
-            if v is not None and not callable(v):
-                raise bad("must be a callable (list[str] -> array of shape (n, d)) or None")
-            return v
-        if self.kind == "eps" and v == "auto":
-            return v
-        if self.kind == "int":
-            if not (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))):
-                raise bad("must be an integer")
-            v = int(v)
-        else:
-            if not is_num:
-                raise bad("must be a number" + (" or 'auto'" if self.kind == "eps" else ""))
-            v = float(v)
-            if not math.isfinite(v):
-                raise bad("must be finite")
-        if self.lo is not None and v < self.lo or self.hi is not None and v > self.hi:
-            raise bad(f"must be in [{self.lo}, {self.hi}]")
-        return v
 
 
 GAMMA = Param(0.95, "discount for returns-to-go R_t (BiPACE App. I: 0.95)", "float", lo=0.0, hi=1.0)
@@ -190,7 +146,7 @@ def resolve(name: str, kwargs: dict[str, Any]) -> tuple[Spec, dict[str, Any]]:
         )
     full = {k: p.default for k, p in spec.params.items()}
     for k, v in kwargs.items():
-        full[k] = spec.params[k].check(name, k, v)
+        full[k] = spec.params[k].check(f"credit estimator {name!r}", k, v)
     if "hash_dim" in full and full["hash_dim"] & (full["hash_dim"] - 1):
         raise ValueError(
             f"credit estimator {name!r}: kwarg hash_dim={full['hash_dim']} must be a power of two"

@@ -7,8 +7,10 @@ filler rows (one pad token, loss mask 0: no gradient, not counted in the DAPO no
 ``num_items_in_batch``); ranks over the cap keep R rows drawn uniformly (seeded by the caller).
 
 Before that, ``per_episode`` / ``episode_rows`` turn episodes and their records' advantages into
-rows (one offset loop for every caller). Then the update: ``length_grouped_micro_batches`` cuts the R rows into TRL's micro-batches by
-length and trims each one's padding, so the update computes few padding positions.
+rows (one offset loop for every caller). Then the update: ``pack_rows`` makes the rows' tensors
+(prompt and completion packed, padding on the right only) and ``length_grouped_micro_batches``
+cuts them into micro-batches by length and trims each one's padding, so the update computes few
+padding positions.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode
@@ -83,56 +87,86 @@ def balance_rows(rows: list[Row], target: int, pad_id: int, rng: np.random.Gener
     return rows, RowCounts(real=n_real, target=target, filler=filler, dropped=dropped)
 
 
-# ------------------------------------------------------------------ micro-batches without padding waste
-# Columns of TRL's training batch by how they are padded: prompts on the left, completions on
-# the right. Any other key (e.g. num_items_in_batch, a 0-d tensor) is shared by every micro-batch.
-_PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-_COMPLETION_KEYS = ("completion_ids", "completion_mask", "tool_mask", "advantages", "old_per_token_logps",
-                    "ref_per_token_logps")
+# ------------------------------------------------------------------ the update's tensors
+# One row = prompt + completion packed from position 0, padding on the right only. A left-padded
+# prompt gives every shorter row query positions whose keys are all masked: their attention
+# log-sum-exp is -inf, which cuDNN's SDPA backward (H100, torch >= 2.11) turns into NaN in dQ at
+# sequence lengths 64 mod 128 (pytorch/pytorch#196678), and that NaN reaches every query-projection
+# weight although the loss never reads the row. Packed rows have no such position (every query
+# sees at least the row's first token), and their positions are the ones generation used.
+SEQ_KEYS = ("input_ids", "attention_mask")
+"""(B, L) columns: the packed sequences."""
+TOKEN_KEYS = ("completion_ids", "completion_mask", "loss_mask", "advantages", "old_logps", "ref_logps")
+"""(B, T) columns over the completion positions (right-padded)."""
+
+
+def pack_rows(rows: list[Row], pad_id: int) -> dict[str, torch.Tensor]:
+    """The update's tensors of ``rows`` (CPU): packed sequences and completion-aligned columns,
+    plus ``num_items_in_batch`` (this rank's loss tokens; the trainer sums it over ranks)."""
+    seqs = [torch.tensor(r.prompt + r.completion, dtype=torch.long) for r in rows]
+    comps = [torch.tensor(r.completion, dtype=torch.long) for r in rows]
+
+    def right(ts, fill, dtype=None):
+        return pad_sequence([t if dtype is None else t.to(dtype) for t in ts], batch_first=True, padding_value=fill)
+
+    loss_mask = right([torch.tensor(r.loss_mask, dtype=torch.long) for r in rows], 0)
+    return {
+        "input_ids": right(seqs, pad_id),
+        "attention_mask": right([torch.ones_like(t) for t in seqs], 0),
+        "completion_start": torch.tensor([len(r.prompt) for r in rows], dtype=torch.long),
+        "completion_ids": right(comps, pad_id),
+        "completion_mask": right([torch.ones_like(t) for t in comps], 0),
+        "loss_mask": loss_mask,
+        "advantages": right([torch.tensor(r.adv, dtype=torch.float32) for r in rows], 0.0),
+        "num_items_in_batch": loss_mask.sum(),
+    }
+
+
+def take(batch: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:
+    """Rows ``idx`` of ``batch``; 0-d entries (``num_items_in_batch``) are shared."""
+    rows = batch["input_ids"].shape[0]
+    return {k: v[idx] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == rows else v
+            for k, v in batch.items()}
 
 
 def real_token_share(micro_batches: list[dict[str, torch.Tensor]]) -> float:
-    """Real tokens / positions the update computes (prompt + completion widths x rows)."""
-    real = sum(int(mb["prompt_mask"].sum() + mb["completion_mask"].sum()) for mb in micro_batches)
-    computed = sum(mb["prompt_mask"].numel() + mb["completion_mask"].numel() for mb in micro_batches)
+    """Real tokens / positions the update's forwards compute."""
+    real = sum(int(mb["attention_mask"].sum()) for mb in micro_batches)
+    computed = sum(mb["attention_mask"].numel() for mb in micro_batches)
     return real / max(computed, 1)
 
 
 def trim_padding(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Drop the prompt columns that are padding in every row (left) and the completion columns
-    that are padding in every row (right). Padding is masked out of attention and loss, so the
-    rows' log-probs are unchanged (up to float rounding: left-trimming shifts absolute positions,
-    which rotary attention sees only as relative ones)."""
+    """Drop the columns that are padding in every row (all on the right). Positions and masks of
+    the real tokens are unchanged, so each row's log-probs are too."""
     out = dict(mb)
-    p_any = mb["prompt_mask"].any(0).nonzero()
-    start = int(p_any[0]) if len(p_any) else 0
-    c_any = mb["completion_mask"].any(0).nonzero()
-    end = int(c_any[-1]) + 1 if len(c_any) else 1
-    for k in _PROMPT_KEYS:
-        out[k] = mb[k][:, start:]
-    for k in _COMPLETION_KEYS:
-        if isinstance(mb.get(k), torch.Tensor) and mb[k].dim() == 2:
-            out[k] = mb[k][:, :end]
+    width = max(int(mb["attention_mask"].sum(1).max()), 1)
+    tokens = max(int(mb["completion_mask"].sum(1).max()), 1)
+    for k in SEQ_KEYS:
+        out[k] = mb[k][:, :width]
+    for k in TOKEN_KEYS:
+        if isinstance(mb.get(k), torch.Tensor):
+            out[k] = mb[k][:, :tokens]
     return out
 
 
 def length_grouped_micro_batches(batch: dict[str, torch.Tensor], n: int) -> list[dict[str, torch.Tensor]]:
     """Split ``batch`` into ``n`` equal micro-batches of rows of similar length, each trimmed.
 
-    Rows are sorted by real length (prompt + completion), cut into ``n`` contiguous chunks and
-    each chunk loses its all-padding columns. The sum of the micro-batch losses is the same as
-    for any other split into equal chunks whenever the loss normalisation does not depend on the
-    chunk's content (every TRL loss type except ``bnpo``, whose denominator is the chunk's own
-    token count), so one optimizer step over all of them gives the same gradient.
+    Rows are sorted by real length, cut into ``n`` contiguous chunks and each chunk loses its
+    all-padding columns. The sum of the micro-batch losses is the same as for any other split into
+    equal chunks whenever the loss normalisation does not depend on the chunk's content (every
+    registered GRPO-family loss but ``bnpo``, whose denominator is the chunk's own token count),
+    so one optimizer step over all of them gives the same gradient.
     """
-    lengths = batch["prompt_mask"].sum(1) + batch["completion_mask"].sum(1)
-    order = torch.argsort(lengths.cpu(), stable=True).to(lengths.device)
-    rows = lengths.shape[0]
-    size = rows // n
-    out = []
-    for i in range(n):
-        idx = order[i * size:(i + 1) * size]
-        mb = {k: v[idx] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == rows else v
-              for k, v in batch.items()}
-        out.append(trim_padding(mb))
-    return out
+    order = torch.argsort(batch["attention_mask"].sum(1).cpu(), stable=True)
+    size = batch["input_ids"].shape[0] // n
+    return [trim_padding(take(batch, order[i * size:(i + 1) * size])) for i in range(n)]
+
+
+def shuffled_micro_batches(batch: dict[str, torch.Tensor], n: int, rng: torch.Generator) -> list[dict[str, torch.Tensor]]:
+    """``n`` equal micro-batches of rows in a random order (seeded), each trimmed: for losses whose
+    value depends on the split (``bnpo``), every micro-batch a fair sample of the rollout."""
+    order = torch.randperm(batch["input_ids"].shape[0], generator=rng)
+    size = batch["input_ids"].shape[0] // n
+    return [trim_padding(take(batch, order[i * size:(i + 1) * size])) for i in range(n)]

@@ -1,30 +1,29 @@
-"""``AgentGRPOTrainer``: GRPOTrainer with multi-turn env rollouts and pluggable step-level credit.
+"""``AgentGRPOTrainer``: GRPOTrainer with multi-turn env rollouts, pluggable step-level credit
+and our own loss.
 
-TRL calls ``_generate_and_score_completions`` once per ``steps_per_generation * num_iterations``
-training steps and buffers/splits what it returns. Here it is a list of named steps, one method
-each (the data flow is drawn in ``docs/design.md``):
+TRL's training loop, optimizer, ZeRO-3, PEFT, generation (``_generate_single_turn``) and
+checkpoints run as they are. One rollout feeds ``steps_per_generation * num_iterations`` training
+micro-steps (``_prepare_inputs`` buffers its micro-batches). An iteration is a list of named
+steps, one method each (the data flow is drawn in ``docs/design.md``):
 
 ``_build_tasks``        dataset rows -> rollout tasks (TRL's RepeatSampler already repeated each
                         task ``num_generations`` times: equal task ids = one group, group id
                         ``s{global_step}:t{task_id}``; groups may straddle ranks)
 ``_roll_out``           the algorithm's ``roll_out``; by default ``run_episodes`` with one batched
                         ``_generate_single_turn`` call per turn (TRL's own path: HF generate / vLLM /
-                        ZeRO-3 gather), ranks in lock-step; then its ``extra_episodes`` (APPO's branches)
+                        ZeRO-3 gather), ranks in lock-step
 ``_shape_rewards``      ``valid_action_reward`` on accepted actions, then the algorithm's
 ``_gather_and_credit``  step records of all ranks -> the algorithm's ``advantages`` -> this rank's slice
-``row_groups``         (the algorithm's) each episode's context turns it into training rows
-                        (per-token advantages where the algorithm gives them)
-``balance_rows``       (the algorithm's) the same row count R on every rank (``agentrl.rollout.rows``)
-``_rows_to_batch``      TRL's padded tensors; the rows go into TRL's unchanged loss
-``_log_metrics``        ``env/*`` (``_episode_metrics``), ``time/*``, ``rows/*``, ``credit/*``
-``_write_rollouts``     ``save_rollouts``: the global records with their advantages (JSONL)
+``runner.rows``         each episode's context turns it into training rows, balanced across ranks
+``pack_rows``           the rows' tensors: prompt + completion packed, padding on the right only
+``runner.micro_batches`` the update's micro-batches, each with its old / reference log-probs
+                        computed on its own tensors (``agentrl.trainer.update``)
 
-What differs between algorithms (GRPO-style default, APPO, ...) is an ``agentrl.algorithms``
-plug-in whose hooks these steps call; TRL's loss is reweighted per micro-batch only through the
-algorithm's ``loss_transform`` (``_compute_loss`` below). The micro-batches (``_prepare_inputs``),
-each micro-step (``training_step``), checkpoints and the final model folder call hooks too, so a
-collaboration of roles with per-role policies is the ``collab`` plug-in (``agentrl.algorithms.collab``)
-and the ``agentrl.policies`` store. There is no other trainer subclass.
+Each training micro-step (``_compute_loss``) computes the policy's log-probs once and calls the
+algorithm's registered policy loss (``agentrl.losses``); the non-finite guard
+(``agentrl.trainer.guard``) refuses an optimizer step whose loss or gradient is NaN or inf.
+Where rows train (several policies, their checkpoints) is the algorithm's update runner
+(``agentrl.algorithms.runner``). There is no other trainer subclass.
 """
 
 from __future__ import annotations
@@ -40,10 +39,11 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
-from trl.trainer.utils import pad
 
+from agentrl import losses
 from agentrl.algorithms import Advantages, Algorithm, for_config
 from agentrl.config import AgentRLConfig
+from agentrl.losses import LossBatch
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming, run_episodes
@@ -53,12 +53,16 @@ from agentrl.rollout.rows import (
     RowCounts,
     balance_rows,
     episode_rows,
+    pack_rows,
     per_episode,
     real_token_share,
     row_target,
 )
 from agentrl.rollout.settings import RolloutSettings
+from agentrl.trainer.guard import HeldScheduler, NonFiniteGuard, nonfinite_grads
+from agentrl.trainer.logprobs import completion_logps
 from agentrl.trainer.tasks import _check_fingerprint_layer, build_task_dataset, env_reward
+from agentrl.trainer.update import cudnn_attention, log_loss_metrics, loss_settings, reference_logps
 
 
 # ----------------------------------------------------------------------------------- credit glue
@@ -139,9 +143,17 @@ class AgentGRPOTrainer(GRPOTrainer):
         super().__init__(model=model, reward_funcs=[env_reward], args=args, train_dataset=train_dataset,
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)
         self.algorithm = algorithm
-        self.algorithm_state = self.algorithm.initial_state()
+        self.algorithm_state = None
         """What the algorithm's ``advantages`` hook returned last (e.g. running statistics)."""
-        self._loss_inputs: dict[str, Any] | None = None
+        self.loss_name, self.loss_options = algorithm.loss(args)
+        """The registered policy loss (``agentrl.losses``) and its own options."""
+        self.guard = NonFiniteGuard(args.nonfinite_max_consecutive)
+        self.skip_update = False
+        """Whether the non-finite guard refused the optimizer step that ends at this micro-step."""
+        self.last_loss: losses.LossOutput | None = None
+        """The latest micro-step's loss output (for tests and tools)."""
+        self.timings: dict[str, float] = {}
+        """Seconds of the parts of the current optimizer step (``time/*``)."""
         self.credit_kw = credit_kw
         self.credit_needs = credit_needs
         self.need_fingerprint = "fingerprint" in self.credit_needs
@@ -156,7 +168,11 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._timing = RolloutTiming()
         self.last_rollout: dict[str, Any] | None = None
         """The latest iteration's global records, advantages and this rank's rows (for tests/tools)."""
+        if self.accelerator.device.type == "cuda":
+            cudnn_attention(bool(args.allow_cudnn_attention))
         self.algorithm.bind(self)
+        self.runner = self.algorithm.runner(self)
+        """Where the rows train (``agentrl.algorithms.runner``)."""
 
     # ------------------------------------------------------------------ generation (one turn)
     def _unwrapped(self):
@@ -252,22 +268,23 @@ class AgentGRPOTrainer(GRPOTrainer):
         return self._workers
 
     # ------------------------------------------------------------------ the iteration
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """One iteration's training batch from TRL's task rows (module docstring: the steps)."""
-        t_start = time.perf_counter()
+    def make_iteration_batch(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """One iteration's packed rows from TRL's task rows (module docstring: the steps)."""
         mode = "train" if self.model.training else "eval"
         episodes, rollout_s = self._roll_out(self._build_tasks(inputs))
         self._shape_rewards(episodes)
         credited = self._gather_and_credit(episodes)
-        groups = self.algorithm.row_groups(self, episodes, credited, mode)
-        rows, counts = self.algorithm.balance_rows(self, groups, mode)
-        out = self._rows_to_batch(rows, mode)
+        t0 = time.perf_counter()
+        rows, counts = self.runner.rows(episodes, credited, mode)
+        out = {k: v.to(self.accelerator.device) for k, v in pack_rows(rows, self.runner.pad_id()).items()}
+        out["num_items_in_batch"] = self.accelerator.gather(out["num_items_in_batch"]).sum()
+        self.timings["rows_s"] = time.perf_counter() - t0
+        self.timings.update(rollout_s=rollout_s, credit_s=credited.seconds)
         self._log_metrics(mode, episodes, credited, counts, rollout_s)
         self._write_rollouts(credited)
         self.last_rollout = dict(records=credited.records, advantages=credited.advantages,
                                  offset=credited.offset, n_local=credited.n_local, rows=out, episodes=episodes,
                                  n_real_rows=counts.real, filler=counts.filler)
-        self._gen_in_step += time.perf_counter() - t_start  # excluded from time/update_s
         return out
 
     def _build_tasks(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -335,12 +352,12 @@ class AgentGRPOTrainer(GRPOTrainer):
         return [row for ep, adv in per_episode(episodes, credited.local())
                 for row in episode_rows(ep, adv, credited.per_token)]
 
-    def balance_rows(self, rows: list[Row], mode: str) -> tuple[list[Row], RowCounts]:
+    def balance_rows(self, rows: list[Row], mode: str, pad_id: int) -> tuple[list[Row], RowCounts]:
         """The same number of rows on every rank (``agentrl.rollout.rows``)."""
         a = self.args
         spg = a.steps_per_generation if mode == "train" else 1
         target = row_target(self.max_over_ranks(len(rows)), a.max_rows_per_rank, spg)
-        return balance_rows(rows, target, self.algorithm.pad_id(self), self.row_rng())
+        return balance_rows(rows, target, pad_id, self.row_rng())
 
     def max_over_ranks(self, n: int) -> int:
         """The largest ``n`` any rank holds (every rank must call it)."""
@@ -349,6 +366,10 @@ class AgentGRPOTrainer(GRPOTrainer):
     def row_rng(self) -> np.random.Generator:
         """The generator that picks rows to drop or repeat: seeded per run, step and rank."""
         return np.random.default_rng([self.args.seed, self.state.global_step, self.accelerator.process_index])
+
+    def torch_rng(self) -> torch.Generator:
+        """A torch generator seeded like ``row_rng`` (a shuffled split of the rows into micro-batches)."""
+        return torch.Generator().manual_seed(int(self.row_rng().integers(2**62)))
 
     def _episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """``env/*`` metrics over all ranks' episodes (every rank computes the same numbers from
@@ -365,11 +386,9 @@ class AgentGRPOTrainer(GRPOTrainer):
         """Episode, timing, row and credit metrics into TRL's metric buffer."""
         m = self._metrics[mode]
         values = self._episode_metrics(episodes)
-        values.update({
-            "time/rollout_s": rollout_s,
+        values.update({  # time/rollout_s and time/credit_s: per optimizer step, in _close_step
             "time/env_s": self._timing.env_s,
             "time/env_share": self._timing.env_s / max(rollout_s, 1e-9),
-            "time/credit_s": credited.seconds,
             "time/fingerprint_s": self._fp_time + self._timing.fingerprint_s,
             "gen/tokens_per_s": self._gen_tokens / max(self._gen_time, 1e-9),
             "rows/real": float(min(counts.real, counts.target)),
@@ -397,170 +416,182 @@ class AgentGRPOTrainer(GRPOTrainer):
             dicts.append(d)
         write_jsonl(dicts, Path(self.args.output_dir) / "rollouts" / f"iter_{self.state.global_step:05d}.jsonl")
 
-    def _rows_to_batch(self, rows: list[Row], mode: str) -> dict[str, Any]:
-        """Rows as TRL's padded tensors, plus old/ref log-probs where TRL's loss needs them."""
-        device = self.accelerator.device
-        pad_id = self.algorithm.pad_id(self)
-        p = [torch.tensor(r.prompt, dtype=torch.long) for r in rows]
-        c = [torch.tensor(r.completion, dtype=torch.long) for r in rows]
-        prompt_ids = pad(p, padding_value=pad_id, padding_side="left").to(device)
-        prompt_mask = pad([torch.ones_like(t) for t in p], padding_value=0, padding_side="left").to(device)
-        completion_ids = pad(c, padding_value=pad_id, padding_side="right").to(device)
-        completion_mask = pad([torch.ones_like(t) for t in c], padding_value=0, padding_side="right").to(device)
-        loss_mask = pad([torch.tensor(r.loss_mask, dtype=torch.long) for r in rows], padding_value=0,
-                        padding_side="right").to(device)
-        advantages = pad([torch.tensor(r.adv, dtype=torch.float32) for r in rows], padding_value=0.0,
-                         padding_side="right").to(device)
-        num_items = self.accelerator.gather(loss_mask.sum()).sum()
-        out = {
-            "prompt_ids": prompt_ids,
-            "prompt_mask": prompt_mask,
-            "completion_ids": completion_ids,
-            "completion_mask": completion_mask,
-            # TRL multiplies completion_mask by tool_mask for the loss: env tokens and filler rows
-            # are attended (completion_mask) but carry no loss.
-            "tool_mask": loss_mask,
-            "advantages": advantages,  # (B, T): _compute_loss uses 2-D advantages as they are
-            "num_items_in_batch": num_items,
-        }
-        out.update(self.algorithm.old_logps(self, out, mode))
-        return out
-
-    def logps_for_loss(self, batch: dict[str, Any], mode: str) -> dict[str, torch.Tensor]:
-        """``old_per_token_logps`` when the batch is reused off-policy, ``ref_per_token_logps``
-        when ``beta`` > 0 (the PEFT reference is the base model with the adapter disabled)."""
-        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        keep = batch["completion_ids"].size(1)
-        bs = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        out = {}
-        with torch.no_grad():
-            if self.args.gradient_accumulation_steps % generate_every != 0:
-                out["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
-                    self.algorithm.loss_model(self), ids, att, keep, batch_size=bs)
-            if self.beta != 0.0:
-                out["ref_per_token_logps"] = self._ref_per_token_logps(ids, att, keep, bs)
-        return out
-
-    def _ref_per_token_logps(self, ids: torch.Tensor, att: torch.Tensor, keep: int, bs: int) -> torch.Tensor:
-        """Reference-model log-probs of the last ``keep`` tokens (call under no_grad): the ref
-        model, or with PEFT the base model with the adapter disabled."""
-        if self.ref_model is not None:
-            return self._get_per_token_logps_and_entropies(self.ref_model, ids, att, keep, batch_size=bs)[0]
-        from trl.trainer.utils import use_adapter
-
-        model = self.accelerator.unwrap_model(self.model)
-        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return self._get_per_token_logps_and_entropies(self.model, ids, att, keep, batch_size=bs)[0]
-
     def completion_logps(self, prompts: list[list[int]], completions: list[list[int]], entropy: bool = False,
                          reference: bool = False) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         """No-grad (log-probs, entropies, reference log-probs) of the completion tokens, (N, T)
-        float32 numpy, T the longest completion (padding positions hold garbage): TRL's own
-        ``_get_per_token_logps_and_entropies`` on the policy (and ``_ref_per_token_logps``)."""
-        pid = self._tokenizer.pad_token_id
-        p = [torch.tensor(x, dtype=torch.long) for x in prompts]
-        c = [torch.tensor(x, dtype=torch.long) for x in completions]
-        ids = torch.cat([pad(p, padding_value=pid, padding_side="left"),
-                         pad(c, padding_value=pid, padding_side="right")], dim=1).to(self.accelerator.device)
-        att = torch.cat([pad([torch.ones_like(x) for x in p], padding_value=0, padding_side="left"),
-                         pad([torch.ones_like(x) for x in c], padding_value=0, padding_side="right")],
-                        dim=1).to(self.accelerator.device)
-        keep = max(len(x) for x in completions)
-        bs = self.args.per_device_train_batch_size
+        float32 numpy, T the longest completion (0 at padding positions): the update's own forward
+        (``agentrl.trainer.logprobs``) on the policy and the reference, in chunks of
+        ``per_device_train_batch_size`` rows."""
+        pid = self.processing_class.pad_token_id
+        rows = [Row(prompt=list(p), completion=list(c), loss_mask=[1] * len(c), adv=[0.0] * len(c))
+                for p, c in zip(prompts, completions, strict=True)]
+        width = max(len(c) for c in completions)
+        size = max(1, self.args.per_device_train_batch_size)
+        parts: list[list[np.ndarray]] = [[], [], []]
         with torch.no_grad():
-            logp, ent, _ = self._get_per_token_logps_and_entropies(self.model, ids, att, keep, batch_size=bs,
-                                                                   compute_entropy=entropy)
-            ref = self._ref_per_token_logps(ids, att, keep, bs) if reference else None
+            for i in range(0, len(rows), size):
+                mb = {k: v.to(self.accelerator.device) for k, v in pack_rows(rows[i:i + size], pid).items()}
+                lp, ent = completion_logps(self.model, mb, self.accelerator.autocast, entropy=entropy)
+                ref = reference_logps_of(self, mb) if reference else None
+                for j, t in enumerate((lp, ent, ref)):
+                    if t is not None:
+                        parts[j].append(np.pad(t.float().cpu().numpy(), ((0, 0), (0, width - t.shape[1]))))
+        logp, ent, ref = (np.concatenate(p) if p else None for p in parts)
+        return logp, ent, ref
 
-        def np32(t):
-            return None if t is None else t.float().cpu().numpy()
+    # ------------------------------------------------------------------ for runners and tools
+    @property
+    def micro_step(self) -> int:
+        """Training micro-steps done (TRL's counter; it counts the current one once TRL's
+        ``training_step`` has run)."""
+        return self._step
 
-        return np32(logp), np32(ent), np32(ref)
+    def log_metric(self, name: str, value: float, mode: str = "train") -> None:
+        """Add a value to this logging step's ``name`` (values are averaged when logged)."""
+        self._metrics[mode][name].append(float(value))
 
-    # ------------------------------------------------------------------ the loss
-    def _compute_loss(self, model, inputs):
-        """TRL's loss; with an algorithm that reweights advantages per micro-batch (APPO's Eq. 7)
-        TRL gets a shallow copy of the micro-batch (the buffered one keeps its plain advantages:
-        TRL reuses it for ``num_iterations`` > 1) whose ``advantages`` the algorithm replaces from
-        the loss's own forward, see ``_get_per_token_logps_and_entropies``."""
-        if not self.algorithm.transforms_loss:
-            return super()._compute_loss(model, inputs)
-        self._loss_inputs = dict(inputs)
-        try:
-            return super()._compute_loss(model, self._loss_inputs)
-        finally:
-            self._loss_inputs = None
-
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        """TRL's forward. Inside ``_compute_loss`` its first call is the loss's own forward, and TRL
-        reads ``inputs["advantages"]`` only after it (pinned by tests/trainer/test_trl_contract.py):
-        the algorithm's ``loss_transform`` rewrites them there from the detached log-probs, so
-        Eq. 7 costs no second forward and TRL's loss is not copied."""
-        out = super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
-                                                         *args, **kwargs)
-        inputs, self._loss_inputs = self._loss_inputs, None  # the loss's forward only, not later ones
-        if inputs is not None:
-            inputs["advantages"], metrics = self.algorithm.loss_transform(self, out[0].detach(), inputs)
-            mode = "train" if self.model.training else "eval"
-            for k, v in metrics.items():
-                self._metrics[mode][k].append(v)
-        return out
+    def learning_rate(self) -> float:
+        """The scheduler's current learning rate."""
+        return float(self._get_learning_rate())
 
     # ------------------------------------------------------------------ micro-batches
     def groups_rows_by_length(self) -> bool:
         """Whether the update may group rows by length: the gradient must not depend on which
         rows share a micro-batch. It does not when every optimizer step covers whole generation
-        batches and the loss is not normalised per micro-batch (``bnpo``, the entropy mask)."""
+        batches and the loss is not normalised per micro-batch (``bnpo``)."""
         a = self.args
         return a.gradient_accumulation_steps % a.steps_per_generation == 0 and self.loss_is_split_invariant()
 
     def loss_is_split_invariant(self) -> bool:
-        """Whether the loss ignores how rows are split into micro-batches: no per-micro-batch
-        normaliser (``bnpo``, the entropy mask's quantile)."""
-        return self.loss_type != "bnpo" and self.top_entropy_quantile == 1.0
+        """Whether the loss ignores how rows are split into micro-batches (no per-micro-batch
+        normaliser: every registered GRPO-family loss but ``bnpo``)."""
+        return self.loss_name != "bnpo"
 
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
-        """TRL's buffering, with its shuffle + equal split replaced by ``length_grouped_micro_batches``
-        where that leaves the gradient unchanged (``groups_rows_by_length``): padding waste falls
-        from ~50% to a few % on window rows of mixed prompt lengths. Logged: ``rows/real_token_share``."""
-        if not (self.model.training and self.algorithm.regroups_micro_batches(self)):
-            return super()._prepare_inputs(generation_batch)
+        """TRL's buffering: one rollout every ``steps_per_generation * num_iterations`` micro-steps,
+        cut into the runner's micro-batches, each with its old / reference log-probs computed on
+        its own tensors (``agentrl.trainer.update.reference_logps``). In evaluation the rollout is
+        one micro-batch. Logged: ``rows/real_token_share``."""
+        mode = "train" if self.model.training else "eval"
+        if mode == "eval":
+            return self.micro_batches(self.make_iteration_batch(generation_batch), mode)[0]
         spg = self.args.steps_per_generation
         if self._step % (spg * self.num_iterations) == 0 or self._buffered_inputs is None:
             # _buffered_inputs is None right after resuming from a checkpoint
-            batch = self._generate_and_score_completions(generation_batch)
-            self._buffered_inputs = self.algorithm.micro_batches(self, batch)
+            t0 = time.perf_counter()
+            batch = self.make_iteration_batch(generation_batch)
+            self._buffered_inputs = self.micro_batches(batch, mode)
+            self._gen_in_step += time.perf_counter() - t0  # excluded from time/update_s
             self._metrics["train"]["rows/real_token_share"].append(real_token_share(self._buffered_inputs))
         return self._buffered_inputs[self._step % spg]
 
-    # ------------------------------------------------------------------ timing
+    def micro_batches(self, batch: dict[str, Any], mode: str) -> list[dict[str, Any]]:
+        """The runner's micro-batches of ``batch``, each with its old / reference log-probs
+        (timed: ``time/rows_s`` includes the split, ``time/logps_s`` is the no-grad forwards)."""
+        t0 = time.perf_counter()
+        out = self.runner.micro_batches(batch, mode)
+        t1 = time.perf_counter()
+        for mb in out:
+            mb.update(reference_logps(self, mb))
+        self.timings["rows_s"] = self.timings.get("rows_s", 0.0) + t1 - t0
+        self.timings["logps_s"] = self.timings.get("logps_s", 0.0) + time.perf_counter() - t1
+        return out
+
+    # ------------------------------------------------------------------ the loss
+    def _compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
+        """The micro-batch's policy log-probs (one forward) into the algorithm's registered loss.
+        A loss that is not finite (or reads a non-finite input) is reported to the guard and
+        returned as NaN, so every rank's gradient is non-finite and the step is skipped
+        everywhere (DeepSpeed checks its partitioned gradients itself)."""
+        mode = "train" if self.model.training else "eval"
+        logps, entropy = completion_logps(model, inputs, self.accelerator.autocast, entropy=True)
+        batch = LossBatch(logps=logps, advantages=inputs["advantages"], mask=inputs["loss_mask"].float(),
+                          old_logps=inputs.get("old_logps"), ref_logps=inputs.get("ref_logps"), entropy=entropy)
+        out, bad = losses.compute(self.loss_name, batch, loss_settings(self, inputs, mode, self.loss_options))
+        self.last_loss = out
+        log_loss_metrics(self, out, mode)
+        if bad and mode == "train":
+            self.guard.note_loss(self._step % self.args.gradient_accumulation_steps, bad,
+                                 self.accelerator.process_index)
+            return out.loss * float("nan")
+        return out.loss
+
+    # ------------------------------------------------------------------ micro-steps
     def training_step(self, model, inputs, num_items_in_batch):
-        """TRL's micro-step on the model the algorithm names (``begin_micro_step``), then the
-        algorithm's ``end_micro_step``."""
-        model = self.algorithm.begin_micro_step(self, model)
+        """TRL's micro-step on the model the runner names, timed; after the optimizer step's last
+        micro-step, the non-finite guard's verdict (``_close_step``)."""
+        model = self.runner.begin_micro_step(model)
         self._gen_in_step = 0.0
         t0 = time.perf_counter()
         out = super().training_step(model, inputs, num_items_in_batch)
-        self._metrics["train"]["time/update_s"].append(time.perf_counter() - t0 - self._gen_in_step)
-        self.algorithm.end_micro_step(self)
+        self._update_s = getattr(self, "_update_s", 0.0) + time.perf_counter() - t0 - self._gen_in_step
+        if self.accelerator.sync_gradients:
+            self._close_step(model)
+        self.runner.end_micro_step()
         return out
+
+    def _close_step(self, model) -> None:
+        """Decide whether the optimizer step that follows may run: skipped (no update, gradients
+        dropped, the schedule held) when a loss or a gradient was not finite on any rank; stop
+        the run after ``nonfinite_max_consecutive`` such steps in a row. Logs the step's timings."""
+        m = self._metrics["train"]
+        if self.is_deepspeed_enabled:  # DeepSpeed has stepped (or skipped) inside the backward
+            applied = self.accelerator.deepspeed_engine_wrapped.engine.was_step_applied()
+            names, n_bad = [], 0 if applied else 1
+        else:
+            names, n_bad = nonfinite_grads(model.named_parameters())
+        others = [x for i, notes in enumerate(gather_object([self.guard._pending])) if i != self.accelerator.process_index
+                  for x in notes] if self.accelerator.num_processes > 1 else []
+        self.skip_update = self.guard.end_step(self.state.global_step + 1, names, n_bad, others)
+        if self.skip_update:
+            model.zero_grad(set_to_none=True)  # AdamW skips parameters without a gradient: a no-op step
+            if self.accelerator.is_main_process:
+                print(f"agentrl train: warning: {self.guard.last}; the update was skipped", flush=True)
+        m["train/nonfinite_steps"].append(float(self.guard.skipped))
+        m["time/update_s"].append(self._update_s)
+        for k in ("rollout_s", "credit_s", "rows_s", "logps_s"):
+            m[f"time/{k}"].append(self.timings.pop(k, 0.0))
+        self._update_s = 0.0
+        self.guard.check_stop()
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """TRL's scheduler, held while the guard skips a step (DeepSpeed holds its own)."""
+        sched = super().create_scheduler(num_training_steps, optimizer)
+        if not self.is_deepspeed_enabled and not isinstance(sched, (HeldScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)):
+            self.lr_scheduler = HeldScheduler(sched, lambda: self.skip_update)
+        return self.lr_scheduler
 
     # ------------------------------------------------------------------ checkpoints
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        """TRL's optimizer and scheduler, then the algorithm's part (``save_checkpoint``)."""
+        """TRL's optimizer and scheduler, then the guard's counts and the runner's part."""
         super()._save_optimizer_and_scheduler(output_dir)
-        self.algorithm.save_checkpoint(self, output_dir)
+        if self.args.should_save:
+            (Path(output_dir) / GUARD_FILE).write_text(json.dumps(self.guard.state_dict()))
+        self.runner.save_checkpoint(output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        """TRL's optimizer and scheduler, then the algorithm's part and its state (``load_checkpoint``)."""
+        """TRL's optimizer and scheduler, then the guard's counts and the runner's part."""
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            self.algorithm_state = self.algorithm.load_checkpoint(self, checkpoint, self.algorithm_state)
+        if checkpoint is None:
+            return
+        guard = Path(checkpoint) / GUARD_FILE
+        if guard.is_file():
+            self.guard.load_state_dict(json.loads(guard.read_text()))
+        self.runner.load_checkpoint(checkpoint)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """TRL's model folder; the final one (not a checkpoint's) gets the algorithm's files too."""
+        """TRL's model folder; the final one (not a checkpoint's) gets the runner's files too."""
         super().save_model(output_dir, _internal_call)
         if not _internal_call:
-            self.algorithm.save_model(self, output_dir or self.args.output_dir)
+            self.runner.save_model(output_dir or self.args.output_dir)
+
+
+GUARD_FILE = "nonfinite_guard.json"
+"""The non-finite guard's counts in a checkpoint folder."""
+
+
+def reference_logps_of(trainer, mb: dict[str, Any]) -> torch.Tensor:
+    """Reference log-probs of a packed micro-batch (``completion_logps(reference=True)``)."""
+    from agentrl.trainer.update import _ref_logps
+
+    return _ref_logps(trainer, mb)

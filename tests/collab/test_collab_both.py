@@ -42,6 +42,8 @@ def _spy_micro_batches(tr):
 
 
 def _replay(tr, loss_fn, refs, seen, lrs):
+    from agentrl.trainer.logprobs import completion_logps
+
     """Each policy's optimizer steps on its own copy of the initial model, with its own AdamW."""
     a = tr.args
     assert a.weight_decay == 0 and a.gradient_accumulation_steps == 1
@@ -53,11 +55,9 @@ def _replay(tr, loss_fn, refs, seen, lrs):
         for g in opt.param_groups:
             g["lr"] = lr
         with torch.no_grad():  # the old log-probs are the generating policy's: this copy's now
-            ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-            att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-            mine = tr._get_per_token_logps_and_entropies(m, ids, att, inputs["completion_ids"].size(1))[0]
+            mine = completion_logps(m, inputs)[0]
         mask = inputs["completion_mask"].bool()
-        assert torch.allclose(inputs["old_per_token_logps"][mask], mine[mask], rtol=0, atol=1e-5), policy
+        assert torch.allclose(inputs["old_logps"][mask], mine[mask], rtol=0, atol=1e-5), policy
         loss_fn(m, inputs).backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), a.max_grad_norm)
         opt.step()
@@ -85,7 +85,8 @@ def test_both_roles_train_every_rollout_each_on_its_own_rows(tmp_path, collab_mo
     # every step's rows are its role's turns (8 a step, nothing else)
     tok = tr.processing_class
     for policy, inputs in seen:
-        prompts = [tok.decode(ids[m.bool()]) for ids, m in zip(inputs["prompt_ids"], inputs["prompt_mask"], strict=True)]
+        prompts = [tok.decode(ids[:start]) for ids, start in zip(inputs["input_ids"], inputs["completion_start"],
+                                                                   strict=True)]
         assert len(prompts) == 8 and all(f"You are the {policy.capitalize()}" in p for p in prompts), policy
     # each policy equals its own copy trained on its own rows only
     _replay(tr, loss_fn, refs, seen, [h["learning_rate"] for h in logged])

@@ -101,7 +101,7 @@ def test_each_policy_changes_only_in_its_own_blocks(tmp_path, collab_model_dir, 
     assert rows["completion_ids"].shape[0] == 8
     solver_adv = [a for r, a in zip(lr["records"], lr["advantages"], strict=True)
                   if (r.info["role"], r.info["part"]) == ("solver", "joint")]
-    mask = (rows["completion_mask"] * rows["tool_mask"]).bool()
+    mask = rows["loss_mask"].bool()
     got = sorted(float(rows["advantages"][i][mask[i]][0]) for i in range(8) if mask[i].any())
     assert got == pytest.approx(sorted(solver_adv), abs=1e-6)
     # the saved records give the same advantages through agentrl.credit (state: the one before)

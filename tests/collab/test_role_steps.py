@@ -8,6 +8,7 @@ import torch
 
 from agentrl.algorithms.role_steps import RoleSteps
 from agentrl.rollout.contexts import Row
+from agentrl.rollout.rows import pack_rows
 
 
 def test_role_at_walks_the_roles_in_turn():
@@ -41,12 +42,7 @@ def test_balance_pads_every_role_to_one_count_in_role_order():
 
 
 def _batch(rows: list[Row]) -> dict[str, torch.Tensor]:
-    w = max(len(r.completion) for r in rows)
-    comp = torch.tensor([r.completion + [0] * (w - len(r.completion)) for r in rows])
-    mask = torch.tensor([[1] * len(r.completion) + [0] * (w - len(r.completion)) for r in rows])
-    return {"prompt_ids": torch.tensor([r.prompt for r in rows]), "prompt_mask": torch.ones(len(rows), 1, dtype=torch.long),
-            "completion_ids": comp, "completion_mask": mask, "tool_mask": mask.clone(),
-            "advantages": torch.tensor([[r.adv[0]] * w for r in rows]), "num_items_in_batch": mask.sum()}
+    return pack_rows(rows, pad_id=0)
 
 
 @pytest.mark.parametrize("by_length", [False, True])
@@ -57,9 +53,9 @@ def test_micro_batches_hold_one_role_each_with_their_step_token_count(by_length)
     rows = [_row(0, k, k + 1) for k in range(4)] + [_row(1, k, 5) for k in range(4)]
     mbs = rs.micro_batches(_batch(rows), by_length, count=lambda t: t)
     assert len(mbs) == 4
-    assert [sorted(mb["prompt_ids"][:, 0].tolist()) for mb in mbs] == [[100, 100]] * 2 + [[101, 101]] * 2
-    # TRL's dapo normaliser: num_items * accumulation / steps_per_generation = the step's tokens
+    assert [sorted(mb["input_ids"][:, 0].tolist()) for mb in mbs] == [[100, 100]] * 2 + [[101, 101]] * 2
+    # the dapo normaliser: num_items * accumulation / steps_per_generation = the step's tokens
     assert [float(mb["num_items_in_batch"]) * 2 / 4 for mb in mbs] == [10.0, 10.0, 20.0, 20.0]
-    assert sum(int(mb["tool_mask"].sum()) for mb in mbs[:2]) == 10
+    assert sum(int(mb["loss_mask"].sum()) for mb in mbs[:2]) == 10
     if by_length:  # the Thinker's two shortest rows together, trimmed to width 2
         assert mbs[0]["completion_ids"].shape == (2, 2)

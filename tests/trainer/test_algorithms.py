@@ -14,7 +14,8 @@ from agentrl.records import StepRecord
 
 
 def _cfg(**kw):
-    base = dict(collab=None, credit="grpo", credit_kwargs=None, gamma=0.95)
+    base = dict(collab=None, credit="grpo", credit_kwargs=None, gamma=0.95, algorithm=None, algorithm_kwargs=None,
+                loss_type="dapo")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -26,6 +27,8 @@ def _cfg(**kw):
     ({"collab": "think_solve", "credit": "ccpo"}, "collab"),
     ({"collab": "think_solve", "credit": "shared"}, "collab"),
     ({"credit": "sepo"}, "collab"),  # a collaboration credit without collab: its check refuses it
+    ({"algorithm": "appo", "credit": "appo"}, "appo"),  # named: the recipe's choice
+    ({"algorithm": "grpo", "credit": "appo"}, "grpo"),
 ])
 def test_the_recipe_keys_select_the_algorithm(kw, name):
     assert algorithm_name(_cfg(**kw)) == name
@@ -40,9 +43,7 @@ def test_duplicate_names_are_refused():
         algorithms.get_algorithm("x")
 
 
-def test_default_hooks_are_the_credit_module_and_identity():
-    import torch
-
+def test_default_hooks_are_the_credit_module_and_the_recipes_loss():
     # two episodes of one group, one step each, returns 1 and 0: GRPO's (r - mean) / (sample std +
     # 1e-6) = +-0.5 / (sqrt(0.5) + 1e-6) = +-0.707106, the credit module's number passed through
     # unchanged (the trainer's compute_credit is all the default hook calls)
@@ -61,53 +62,26 @@ def test_default_hooks_are_the_credit_module_and_identity():
     adv, state = algo.advantages(Host(), [], recs, "s0")
     assert adv.per_record.tolist() == pytest.approx([0.707106, -0.707106], abs=1e-6) == list(want)
     assert adv.per_token == {} and state == "s0"
-    inputs = {"advantages": torch.tensor([[0.5, -0.5]])}
-    out, metrics = algo.loss_transform(None, torch.zeros(1, 2), inputs)
-    assert out is inputs["advantages"] and metrics == {}
-    assert not algo.transforms_loss and algo.extra_episodes(None, []) == []
+    assert algo.loss(_cfg(loss_type="bnpo")) == ("bnpo", {})
 
 
-def test_default_play_and_train_hooks_are_the_trainers_own_steps():
-    # the hooks the collab plug-in overrides: by default each is the trainer's own step, so GRPO and
-    # APPO runs take the same path as before the hooks existed
-    calls = []
+def test_the_interface_is_small():
+    # at most ten hooks a new algorithm may override; where rows train is the runner's job
+    hooks = sorted(n for n, v in vars(Algorithm).items() if callable(v) and not n.startswith("_"))
+    assert hooks == ["advantages", "bind", "check", "loss", "metric_episodes", "metrics", "roll_out", "runner",
+                     "shape_rewards"]
 
-    class Host:  # what the default hooks ask of the trainer
-        model = "the model"
 
-        class _tokenizer:
-            pad_token_id = 7
+def test_algorithm_kwargs_are_checked_against_the_declared_params():
+    from agentrl.registry import Param
 
-        def rollout(self, tasks):
-            calls.append(("rollout", tasks))
-            return ["ep0"]
+    class Tempered(Algorithm):
+        params = {"temperature": Param(1.0, "a number", "float", lo=0.0)}
 
-        def episode_rows(self, episodes, credited):
-            return ["row0", "row1"]
-
-        def balance_rows(self, rows, mode):
-            calls.append(("balance", rows, mode))
-            return rows, "counts"
-
-        def logps_for_loss(self, batch, mode):
-            return {"old": batch["x"]}
-
-        def groups_rows_by_length(self):
-            return True
-
-    class Branching(Algorithm):
-        def extra_episodes(self, trainer, episodes):
-            return ["branch of " + episodes[0]]
-
-    host = Host()
-    assert Branching(_cfg()).roll_out(host, ["t"]) == ["ep0", "branch of ep0"] and calls == [("rollout", ["t"])]
-    algo = Algorithm(_cfg())
-    groups = algo.row_groups(host, ["ep0"], None, "train")
-    assert groups == [["row0", "row1"]]
-    assert algo.balance_rows(host, [["a"], ["b", "c"]], "eval") == (["a", "b", "c"], "counts")
-    assert calls[-1] == ("balance", ["a", "b", "c"], "eval")
-    assert algo.pad_id(host) == 7 and algo.loss_model(host) == "the model"
-    assert algo.old_logps(host, {"x": 1}, "train") == {"old": 1} and algo.regroups_micro_batches(host)
-    assert algo.begin_micro_step(host, "m") == "m" and algo.end_micro_step(host) is None
-    assert algo.load_checkpoint(host, "ckpt", "s0") == "s0"
-    assert algo.save_checkpoint(host, "out") is None and algo.save_model(host, "out") is None
+    Tempered.name = "tempered"
+    assert Tempered(_cfg(algorithm_kwargs={"temperature": 2})).kwargs == {"temperature": 2.0}
+    assert Tempered(_cfg(algorithm_kwargs=None)).kwargs == {"temperature": 1.0}
+    with pytest.raises(ValueError, match="algorithm 'tempered' has no kwarg 'temp' .its kwargs: temperature"):
+        Tempered(_cfg(algorithm_kwargs={"temp": 2}))
+    with pytest.raises(ValueError, match=r"algorithm 'tempered': kwarg temperature=-1.0 must be >= 0.0"):
+        Tempered(_cfg(algorithm_kwargs={"temperature": -1}))

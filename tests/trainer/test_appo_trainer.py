@@ -109,7 +109,7 @@ def test_appo_recipe_end_to_end_and_resume(tmp_path, warm_dir):
         np.testing.assert_allclose(adv[mask], want[mask], atol=1e-5)
 
     # --- Eq. 7 inside the loss (the last micro-batch: off-policy, old log-probs from the rollout)
-    fut = tr.algorithm.last_future
+    fut = tr.last_loss.debug
     kw = tr.algorithm.kwargs
     f = appo_credit.future_weight(appo_credit.future_kl(fut["logps"], fut["old_logps"], fut["mask"], 2 ** (-1 / 64)), 0.2, True)
     ratio = np.exp(fut["logps"] - fut["old_logps"])

@@ -1,4 +1,4 @@
-"""Length-grouped, trimmed micro-batches give the same gradient as TRL's shuffled equal split;
+"""Packed rows by hand; length-grouped, trimmed micro-batches give the same gradient as a shuffled equal split;
 and the rows a rank keeps under ``max_rows_per_rank`` (``balance_rows``), by hand.
 
 Runtime: ~20-30 s on 2 cores (one tiny trainer per loss type).
@@ -13,25 +13,35 @@ from agentrl.rollout.contexts import Row
 from agentrl.rollout.rows import (
     balance_rows,
     length_grouped_micro_batches,
+    pack_rows,
     real_token_share,
     row_target,
+    shuffled_micro_batches,
+    take,
     trim_padding,
 )
 
 
-def test_trim_padding_by_hand():
-    # prompts left-padded to 3, completions right-padded to 4; column 0 of the prompts and
-    # column 3 of the completions are padding in every row: both go
-    mb = {"prompt_ids": torch.tensor([[0, 5, 6], [0, 0, 7]]), "prompt_mask": torch.tensor([[0, 1, 1], [0, 0, 1]]),
-          "completion_ids": torch.tensor([[8, 9, 0, 0], [1, 2, 3, 0]]),
-          "completion_mask": torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]]),
-          "tool_mask": torch.tensor([[1, 0, 0, 0], [1, 1, 1, 0]]),
-          "advantages": torch.tensor([[0.5, 0.5, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]]), "num_items_in_batch": torch.tensor(4)}
-    t = trim_padding(mb)
-    assert t["prompt_ids"].tolist() == [[5, 6], [0, 7]] and t["completion_ids"].tolist() == [[8, 9, 0], [1, 2, 3]]
-    assert t["advantages"].shape == (2, 3) and t["tool_mask"].shape == (2, 3) and int(t["num_items_in_batch"]) == 4
-    # real tokens: prompts 2 + 1, completions 2 + 3 = 8 of 2 x (3 + 4) = 14 before, 2 x (2 + 3) = 10 after
-    assert real_token_share([mb]) == pytest.approx(8 / 14) and real_token_share([t]) == pytest.approx(8 / 10)
+def test_pack_and_trim_by_hand():
+    # two rows packed from position 0, padding on the right only; a micro-batch of the short row
+    # alone loses the columns that are padding in all its rows
+    rows = [Row(prompt=[5, 6], completion=[8, 9], loss_mask=[1, 0], adv=[0.5, 0.5]),
+            Row(prompt=[7], completion=[1, 2, 3], loss_mask=[1, 1, 1], adv=[1.0, 1.0, 1.0])]
+    mb = pack_rows(rows, pad_id=0)
+    assert mb["input_ids"].tolist() == [[5, 6, 8, 9], [7, 1, 2, 3]]
+    assert mb["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 1]]
+    assert mb["completion_start"].tolist() == [2, 1]
+    assert mb["completion_ids"].tolist() == [[8, 9, 0], [1, 2, 3]]
+    assert mb["loss_mask"].tolist() == [[1, 0, 0], [1, 1, 1]] and int(mb["num_items_in_batch"]) == 4
+    assert mb["advantages"].tolist() == [[0.5, 0.5, 0.0], [1.0, 1.0, 1.0]]
+    rows.append(Row(prompt=[4], completion=[6], loss_mask=[1], adv=[2.0]))
+    mb = pack_rows(rows, pad_id=0)
+    assert mb["input_ids"][2].tolist() == [4, 6, 0, 0] and mb["attention_mask"][2].tolist() == [1, 1, 0, 0]
+    t = trim_padding(take(mb, torch.tensor([2])))
+    assert t["input_ids"].tolist() == [[4, 6]] and t["completion_ids"].tolist() == [[6]]
+    assert t["advantages"].tolist() == [[2.0]] and int(t["num_items_in_batch"]) == 5  # shared, not sliced
+    # real tokens 4 + 4 + 2 = 10 of 3 x 4 = 12 positions; the trimmed one: 2 of 2
+    assert real_token_share([mb]) == pytest.approx(10 / 12) and real_token_share([t]) == 1.0
 
 
 def test_rows_over_the_cap_are_distinct_rows_in_their_order():
@@ -65,8 +75,6 @@ def _grads(tr, micro_batches):
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
 def test_length_grouped_update_has_the_unsorted_gradient(tmp_path, tiny_model_dir, loss_type):
-    from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
-
     # 8 rollouts x 3 window steps = 24 rows whose prompts grow with the history shown (0-2 pairs);
     # 2 micro-batches per optimizer step (gradient_accumulation_steps = steps_per_generation = 2)
     cfg = make_cfg(tmp_path, tiny_model_dir, per_device_train_batch_size=4, gradient_accumulation_steps=2,
@@ -76,12 +84,11 @@ def test_length_grouped_update_has_the_unsorted_gradient(tmp_path, tiny_model_di
     tr.model.train()
     tr.current_gradient_accumulation_steps = 2
     inputs = [tr.train_dataset[i] for i in (0, 0, 0, 0, 1, 1, 1, 1)]
-    batch = tr._generate_and_score_completions(inputs)
+    batch = tr.make_iteration_batch(inputs)
     assert batch["completion_ids"].shape[0] == 24
-    torch.manual_seed(0)
-    unsorted = split_tensor_dict(shuffle_sequence_dict(batch), 2)  # what TRL's _prepare_inputs does
+    unsorted = shuffled_micro_batches(batch, 2, torch.Generator().manual_seed(0))  # the split-variant path
     grouped = length_grouped_micro_batches(batch, 2)
-    assert sorted(len(mb["prompt_ids"]) for mb in grouped) == [12, 12]
+    assert sorted(len(mb["input_ids"]) for mb in grouped) == [12, 12]
     share_before, share_after = real_token_share(unsorted), real_token_share(grouped)
     print(f"real-token share ({loss_type}): unsorted {share_before:.3f}, grouped {share_after:.3f}")
     assert share_after > share_before

@@ -71,7 +71,7 @@ def test_window_mode_trains(tmp_path, tiny_model_dir):
     # 8 rollouts x 3 steps (length 3; parity variant: every response counts) = 24 window rows
     assert len(recs) == 24 and lr["n_real_rows"] == 24 and lr["filler"] == 0
     rows = lr["rows"]
-    mask = rows["completion_mask"] * rows["tool_mask"]
+    mask = rows["loss_mask"]
     for i in range(24):  # row i is local record i (1 process: no sampling, offset 0)
         a = rows["advantages"][i][mask[i].bool()]
         assert torch.allclose(a, torch.full_like(a, float(expected[i])), atol=1e-5)
@@ -98,14 +98,14 @@ def test_trajectory_mode_masks_env_tokens(tmp_path, tiny_model_dir):
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     # steps_per_generation=2 with gradient_accumulation_steps=1: TRL splits one generation into
-    # 2 optimizer steps, so the second is off-policy and old_per_token_logps must be provided
+    # 2 optimizer steps, so the second is off-policy and every micro-batch needs its old log-probs
     cfg = make_cfg(tmp_path, tiny_model_dir, context_mode="trajectory", max_steps=2, save_rollouts=True,
                    per_device_train_batch_size=4, steps_per_generation=2)
     tr = make_trainer(cfg)
     tr.train()
     losses = [h["loss"] for h in tr.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(float(x)) for x in losses)
-    assert "old_per_token_logps" in tr.last_rollout["rows"]
+    assert len(tr._buffered_inputs) == 2 and all("old_logps" in mb for mb in tr._buffered_inputs)
     recs, expected, lr = _check_advantages_match_saved(tr, tmp_path / "out", step=0)
     rows, eps = lr["rows"], lr["episodes"]
     assert rows["completion_ids"].shape[0] == 8  # one row per episode
@@ -113,7 +113,7 @@ def test_trajectory_mode_masks_env_tokens(tmp_path, tiny_model_dir):
     for i, ep in enumerate(eps):
         n = ep.length
         c = rows["completion_ids"][i]
-        lm = rows["tool_mask"][i]
+        lm = rows["loss_mask"][i]
         # loss tokens are exactly the model's tokens of each step; env tokens have mask 0
         model_tok = [t for s, e in ep.tokens.step_spans for t in ep.tokens.completion_ids[s:e]]
         assert c[lm.bool()].tolist() == model_tok
@@ -132,7 +132,7 @@ def test_lora_trains_adapter_only(tmp_path, tiny_model_dir):
     tr = make_trainer(cfg)
     before = _params(tr.model)
     tr.train()
-    assert "ref_per_token_logps" in tr.last_rollout["rows"]
+    assert all("ref_logps" in mb for mb in tr._buffered_inputs)
     kl = [h["kl"] for h in tr.state.log_history if "kl" in h]
     assert kl and all(math.isfinite(float(x)) for x in kl)
     after = _params(tr.model)
@@ -145,17 +145,17 @@ def test_lora_trains_adapter_only(tmp_path, tiny_model_dir):
 
 def test_fingerprints_and_extra_episodes(tmp_path, tiny_model_dir):
     """A credit module that needs fingerprints gets the layer-L prefill hidden state on every
-    record; an algorithm's ``extra_episodes`` adds counterfactual episodes (credited like the others)."""
+    record; an algorithm's ``roll_out`` adds counterfactual episodes (credited like the others)."""
     from agentrl import credit
     from agentrl.algorithms import Algorithm
 
     fp_credit = next(n for n in credit.available() if "fingerprint" in credit.requirements(n))  # bigpo
 
     class Counterfactual(Algorithm):
-        def extra_episodes(self, trainer, episodes):
+        def roll_out(self, trainer, tasks):
             extra = [{"seed": 0, "options": {"length": 2, "parity": True}, "group_id": "cf", "traj_id": f"cf/{i}"}
                      for i in range(2)]
-            return trainer.rollout(extra, history_length=0)
+            return trainer.rollout(tasks) + trainer.rollout(extra, history_length=0)
 
     cfg = make_cfg(tmp_path, tiny_model_dir, credit=fp_credit, max_steps=1, fingerprint_layer=-1)
     tr = make_trainer(cfg, algorithm=Counterfactual(cfg))

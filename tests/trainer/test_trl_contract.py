@@ -23,62 +23,49 @@ def test_trl_version_pinned():
 def test_private_method_signatures():
     from trl import GRPOTrainer
 
-    assert _params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
     assert _params(GRPOTrainer._generate_single_turn)[:5] == [
         "self", "prompt_ids", "images", "multimodal_fields", "num_generations"]
-    p = _params(GRPOTrainer._get_per_token_logps_and_entropies)
-    assert p[:6] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"]
     assert _params(GRPOTrainer._compute_loss) == ["self", "model", "inputs"]
     assert _params(GRPOTrainer._prepare_inputs) == ["self", "generation_batch"]
     assert _params(GRPOTrainer.training_step)[:4] == ["self", "model", "inputs", "num_items_in_batch"]
-    # the algorithm's checkpoint hooks run after Trainer's own optimizer / scheduler save and load
+    # the guard's and the runner's checkpoint parts are written after Trainer's own optimizer /
+    # scheduler save and read after its load
     assert _params(GRPOTrainer._save_optimizer_and_scheduler) == ["self", "output_dir"]
     assert _params(GRPOTrainer._load_optimizer_and_scheduler) == ["self", "checkpoint"]
     assert _params(GRPOTrainer.save_model) == ["self", "output_dir", "_internal_call"]
+    assert _params(GRPOTrainer.create_scheduler) == ["self", "num_training_steps", "optimizer"]
 
 
 def test_overridden_trl_methods_are_the_pinned_ones():
-    # every GRPOTrainer method the one TRL subclass overrides; a new override needs its contract here
-    # (_compute_loss / _get_per_token_logps_and_entropies: tests/trainer/test_appo_contract.py)
+    # every GRPOTrainer method the one TRL subclass overrides; a new override needs its contract here.
+    # Private: _compute_loss (our loss), _prepare_inputs (TRL's buffering of one rollout's
+    # micro-batches), and the checkpoint's optimizer files (the guard's and the runner's parts).
     from trl import GRPOTrainer
 
     from agentrl.trainer import AgentGRPOTrainer
 
     overridden = sorted(n for n, v in vars(AgentGRPOTrainer).items() if callable(v) and hasattr(GRPOTrainer, n))
-    assert overridden == ["__init__", "_compute_loss", "_generate_and_score_completions",
-                          "_get_per_token_logps_and_entropies", "_load_optimizer_and_scheduler", "_prepare_inputs",
-                          "_save_optimizer_and_scheduler", "save_model", "train", "training_step"]
+    assert overridden == ["__init__", "_compute_loss", "_load_optimizer_and_scheduler", "_prepare_inputs",
+                          "_save_optimizer_and_scheduler", "create_scheduler", "save_model", "train", "training_step"]
 
 
-def test_prepare_inputs_buffers_and_splits_generation_batch():
-    # _prepare_inputs must call _generate_and_score_completions once per generate_every steps
-    # and split its output over steps_per_generation: we rely on it to accept any row count
-    # divisible by steps_per_generation.
+def test_prepare_inputs_buffers_one_rollout_per_generate_every_steps():
+    # AgentGRPOTrainer._prepare_inputs mirrors TRL's buffering (same _step / _buffered_inputs
+    # bookkeeping, resume included: _buffered_inputs is None after a resume) and replaces the
+    # rollout, the shuffle and the split by its own
     src = inspect.getsource(__import__("trl").GRPOTrainer._prepare_inputs)
-    assert "self._generate_and_score_completions(generation_batch)" in src
-    assert "split_tensor_dict(generation_batch, self.args.steps_per_generation)" in src
-    # AgentGRPOTrainer._prepare_inputs mirrors this buffering (same _step / _buffered_inputs
-    # bookkeeping, resume included) and replaces only the shuffle + split by length grouping
     assert "if self._step % generate_every == 0 or self._buffered_inputs is None:" in src
-    assert "shuffle_sequence_dict(generation_batch)" in src
     assert "inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]" in src
-    from trl.trainer.utils import split_tensor_dict
-
-    d = {"a": torch.arange(6).view(6, 1), "n": torch.tensor(5)}
-    chunks = split_tensor_dict(d, 3)
-    assert [c["a"].flatten().tolist() for c in chunks] == [[0, 1], [2, 3], [4, 5]]
-    assert all(int(c["n"]) == 5 for c in chunks)  # 0-d tensors (num_items_in_batch) are shared
+    src = inspect.getsource(__import__("trl").GRPOTrainer.training_step)
+    assert "self._step += 1" in src  # after the micro-step: the trainer's micro_step counts it
 
 
-def test_compute_loss_uses_2d_advantages_and_tool_mask():
-    # Source-level contract: advantages of shape (B, T) are used as they are, and the loss mask
-    # is completion_mask * tool_mask.
+def test_compute_loss_is_what_compute_loss_calls():
+    # Trainer.training_step -> GRPOTrainer.compute_loss -> _compute_loss(model, inputs), the override
     from trl import GRPOTrainer
 
-    src = inspect.getsource(GRPOTrainer._compute_loss)
-    assert "if advantages.dim() == 1:" in src
-    assert 'completion_mask * inputs["tool_mask"]' in src
-    assert 'inputs["num_items_in_batch"]' in src
+    src = inspect.getsource(GRPOTrainer.compute_loss)
+    assert "return self._compute_loss(model, inputs)" in src
 
 
 def test_generate_single_turn_hf_path_contract():
@@ -91,31 +78,32 @@ def test_generate_single_turn_hf_path_contract():
     assert "gather_deepspeed3_params=self.args.ds3_gather_for_generation" in src
 
 
-def test_compute_loss_matches_hand_formula(tiny_model_dir, tmp_path):
-    """Run TRL's _compute_loss on a hand-built batch with 2-D advantages and a tool mask and
-    compare with the DAPO formula worked out here: with old logps = current logps the ratio is 1,
-    so loss = -sum(A * mask) / num_items (num_items = masked tokens, 1 process, 1 step)."""
-    import yaml
+def test_fused_lm_head_gives_the_completion_logprobs(tiny):
+    # agentrl.trainer.logprobs reads TRL's fused LM head (add_fused_lm_head, public in
+    # trl.trainer.utils): log_probs[:, j] = log p(token j+1 | tokens <= j), 0 where the label is
+    # -100. Checked against log_softmax of the plain forward's logits on packed rows.
+    import copy
 
-    from agentrl.config import load_recipe
-    from agentrl.trainer import AgentGRPOTrainer
+    from trl.trainer.utils import add_fused_lm_head
 
-    rec = tmp_path / "r.yaml"
-    rec.write_text(yaml.safe_dump(dict(
-        model_name_or_path=tiny_model_dir, env_id="agentrl-test/Count-v0", task_split="", num_tasks=4,
-        num_generations=2, per_device_train_batch_size=2, max_steps=1, bf16=False,
-        gradient_checkpointing=False, report_to="none", output_dir=str(tmp_path / "o"), use_cpu=True)))
-    cfg = load_recipe(str(rec), [])
-    tr = AgentGRPOTrainer(model=tiny_model_dir, args=cfg)
-    inputs = {
-        "prompt_ids": torch.tensor([[5, 6], [0, 7]]),
-        "prompt_mask": torch.tensor([[1, 1], [0, 1]]),
-        "completion_ids": torch.tensor([[8, 9, 10], [11, 12, 0]]),
-        "completion_mask": torch.tensor([[1, 1, 1], [1, 1, 0]]),
-        "tool_mask": torch.tensor([[1, 0, 1], [1, 1, 0]]),
-        "advantages": torch.tensor([[0.5, 100.0, 0.5], [-2.0, -2.0, 0.0]]),
-        "num_items_in_batch": torch.tensor(4.0),
-    }
-    loss = tr._compute_loss(tr.model, inputs)
-    # masked tokens: 0.5 + 0.5 - 2 - 2 = -3; loss = -(-3)/4 = 0.75 (the 100 is masked out)
-    assert float(loss) == pytest.approx(0.75, abs=1e-5)
+    from agentrl.rollout.contexts import Row
+    from agentrl.rollout.rows import pack_rows
+    from agentrl.trainer.logprobs import completion_logps
+
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    mb = pack_rows([Row([5, 6, 7], [8, 9], [1, 1], [0.0, 0.0]), Row([7], [11, 12, 13], [1, 0, 1], [0.0] * 3)],
+                   tok.pad_token_id)
+    with torch.no_grad():
+        logits = model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits.float()
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    with torch.no_grad():
+        lp, ent = completion_logps(model, mb, entropy=True)
+    full = torch.log_softmax(logits, -1)
+    for i, (start, n) in enumerate(((3, 2), (1, 3))):
+        for t in range(n):
+            tok_id = int(mb["input_ids"][i, start + t])
+            assert lp[i, t].item() == pytest.approx(full[i, start + t - 1, tok_id].item(), abs=1e-5)
+            p = full[i, start + t - 1].exp()
+            assert ent[i, t].item() == pytest.approx(-(p * full[i, start + t - 1]).sum().item(), abs=1e-4)
+    assert lp[0, 2].item() == 0.0 and ent[0, 2].item() == 0.0  # padding

@@ -1,40 +1,15 @@
-"""Contract of the algorithms' loss transform (``AgentGRPOTrainer._compute_loss``, APPO's Eq. 7 in
-agentrl/algorithms/appo.py) with TRL 1.16's private ``_compute_loss``: the source order it relies
-on, and the loss it gives on a hand-built batch worked out here. Runtime: ~10 s (a tiny trainer).
+"""APPO's registered loss (Eq. 7, ``future_aware_loss`` in agentrl/algorithms/appo.py) through the
+trainer's ``_compute_loss`` on a hand-built packed micro-batch: the values worked out here.
+Runtime: ~10 s (a tiny trainer).
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import pytest
 import torch
 import yaml
-
-
-def test_trl_version_pinned():
-    import trl
-
-    assert trl.__version__ == "1.16.0", "the loss transform was written against TRL 1.16.0: re-run these checks"
-
-
-def test_compute_loss_reads_advantages_after_its_forward():
-    # the trainer replaces inputs["advantages"] from inside TRL's forward call: that call must
-    # come first, once, and the advantages, old log-probs and mask must be read as below.
-    from trl import GRPOTrainer
-
-    src = inspect.getsource(GRPOTrainer._compute_loss)
-    fwd = "self._get_per_token_logps_and_entropies("
-    read = 'advantages = inputs["advantages"]'
-    assert src.count(fwd) == 1 and src.count(read) == 1
-    assert src.index(fwd) < src.index(read)
-    assert src.index(fwd) < src.index('old_per_token_logps = inputs.get("old_per_token_logps")')
-    assert 'mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]' in src
-    p = list(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
-    assert p[:7] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size",
-                     "compute_entropy"]
-    assert list(inspect.signature(GRPOTrainer._compute_loss).parameters) == ["self", "model", "inputs"]
 
 
 @pytest.fixture(scope="module")
@@ -55,35 +30,39 @@ def appo_trainer(tiny_model_dir, tmp_path_factory):
 
 
 def _batch():
-    return {
-        "prompt_ids": torch.tensor([[5, 6], [0, 7]]),
-        "prompt_mask": torch.tensor([[1, 1], [0, 1]]),
-        "completion_ids": torch.tensor([[8, 9, 10], [11, 12, 0]]),
-        "completion_mask": torch.tensor([[1, 1, 1], [1, 1, 0]]),
-        "tool_mask": torch.tensor([[1, 0, 1], [1, 1, 0]]),
-        "advantages": torch.tensor([[0.5, 100.0, 0.5], [-2.0, -2.0, 0.0]]),
-        "num_items_in_batch": torch.tensor(4.0),
-    }
+    # row 0: prompt [5, 6], completion [8, 9, 10], the middle token an env token (no loss);
+    # row 1: prompt [7], completion [11, 12]
+    from agentrl.rollout.contexts import Row
+    from agentrl.rollout.rows import pack_rows
+
+    rows = [Row(prompt=[5, 6], completion=[8, 9, 10], loss_mask=[1, 0, 1], adv=[0.5, 100.0, 0.5]),
+            Row(prompt=[7], completion=[11, 12], loss_mask=[1, 1], adv=[-2.0, -2.0])]
+    b = pack_rows(rows, 0)
+    b["num_items_in_batch"] = torch.tensor(4.0)
+    return b
 
 
-def test_on_policy_loss_is_trls_with_doubled_advantages(appo_trainer):
+def _logps(tr, inputs):
+    from agentrl.trainer.logprobs import completion_logps
+
+    with torch.no_grad():
+        return completion_logps(tr.model, inputs)[0]
+
+
+def test_on_policy_loss_is_dapo_with_doubled_advantages(appo_trainer):
     # no old log-probs: pi_old = pi_theta, Delta = 0, f = 1 (high-only), A~ = A (1 + 1 * 1) = 2A.
-    # TRL's DAPO loss with ratio 1: -sum(A~ * mask) / num_items = -2 (0.5 + 0.5 - 2 - 2) / 4 = 1.5
+    # The DAPO loss with ratio 1: -sum(A~ * mask) / num_items = -2 (0.5 + 0.5 - 2 - 2) / 4 = 1.5
     inputs = _batch()
+    assert appo_trainer.loss_name == "appo"
     loss = appo_trainer._compute_loss(appo_trainer.model, inputs)
     assert loss.item() == pytest.approx(1.5, abs=1e-5)
     assert torch.equal(inputs["advantages"], _batch()["advantages"])  # the buffered batch is untouched
-    assert appo_trainer._loss_inputs is None  # spent by the loss's own forward
 
 
 def test_off_policy_loss_uses_the_future_weight(appo_trainer):
     tr = appo_trainer
     inputs = _batch()
-    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
-    att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
-    with torch.no_grad():
-        logps = tr._get_per_token_logps_and_entropies(tr.model, ids, att, 3)[0]
-    inputs["old_per_token_logps"] = logps - 0.1  # Delta = 0.1 on every token, ratio r = e^0.1
+    inputs["old_logps"] = _logps(tr, inputs) - 0.1  # Delta = 0.1 on every token, ratio r = e^0.1
     loss = tr._compute_loss(tr.model, inputs)
     # FutureKL over model tokens only (gamma = 2^(-1/64) = 0.989228, distances in positions):
     #   row 0: t0 = 0.1 + gamma^2 * 0.1 = 0.197857 -> e^. = 1.2188 -> clip 1.2; t2 = 0.1 -> 1.105171
@@ -95,7 +74,7 @@ def test_off_policy_loss_uses_the_future_weight(appo_trainer):
     want = -r * (1.1 + 0.5 * (1 + r) - 4.4 - 2 * (1 + r)) / 4
     assert want == pytest.approx(1.784233, abs=1e-5)
     assert loss.item() == pytest.approx(want, abs=1e-4)
-    w = tr.algorithm.last_future["weight"]
+    w = tr.last_loss.debug["weight"]
     assert w[0, 0] == pytest.approx(1.2) and w[0, 2] == pytest.approx(r, abs=1e-5)
 
 
@@ -110,29 +89,26 @@ def test_future_kl_skips_the_tool_token(appo_trainer):
     # loss = -r * (sum = -6.234065) / 4 = 1.638423 (1.625806 if the tool token were summed)
     tr = appo_trainer
     inputs = _batch()
-    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
-    att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
-    with torch.no_grad():
-        logps = tr._get_per_token_logps_and_entropies(tr.model, ids, att, 3)[0]
     delta = torch.tensor([[0.05, 0.9, 0.05], [0.05, 0.05, 0.0]])
-    inputs["old_per_token_logps"] = logps - delta
+    inputs["old_logps"] = _logps(tr, inputs) - delta
     loss = tr._compute_loss(tr.model, inputs)
-    w = tr.algorithm.last_future["weight"]
+    w = tr.last_loss.debug["weight"]
     assert w[0, 0] == pytest.approx(1.103987, abs=1e-5) and w[1, 0] == pytest.approx(1.104576, abs=1e-5)
     assert w[0, 2] == w[1, 1] == pytest.approx(1.051271, abs=1e-5)
     assert loss.item() == pytest.approx(1.638423, abs=1e-4)
 
 
-def test_b_zero_leaves_trls_loss_alone(appo_trainer):
+def test_b_zero_is_the_plain_loss_type(appo_trainer):
     tr = appo_trainer
-    old = dict(tr.algorithm.kwargs)
+    old = dict(tr.algorithm.kwargs), tr.loss_name, tr.loss_options
     tr.algorithm.kwargs["b"] = 0.0
-    assert not tr.algorithm.transforms_loss
+    tr.loss_name, tr.loss_options = tr.algorithm.loss(tr.args)
+    assert tr.loss_name == "dapo"
     try:
-        # TRL's plain DAPO loss with ratio 1: -(0.5 + 0.5 - 2 - 2) / 4 = 0.75
+        # the plain DAPO loss with ratio 1: -(0.5 + 0.5 - 2 - 2) / 4 = 0.75
         assert tr._compute_loss(tr.model, _batch()).item() == pytest.approx(0.75, abs=1e-5)
     finally:
-        tr.algorithm.kwargs = old
+        tr.algorithm.kwargs, tr.loss_name, tr.loss_options = old
 
 
 @pytest.mark.parametrize("extra, msg", [

@@ -1,0 +1,187 @@
+"""Where a collaboration's rows train: role blocks, role-ordered steps and roles on their own models.
+
+The collaboration's update runner (``agentrl.algorithms.runner``). Only the trained roles' turns
+become rows (``RoleSchedule``). In role ``blocks`` one role trains for ``role_block_steps``
+optimizer steps while the other policies' weights and optimizer states stay parked, exact; a
+role on its own model (``collab_models``) trains that model with its own optimizer, stepped after
+the Trainer's optimizer step. With ``both`` and separate policies, a rollout's rows are ordered
+by role and its optimizer steps take the roles in turn, each with its policy activated first
+(``agentrl.algorithms.role_steps``).
+
+Checkpoints add ``collab_state.pt`` (parked weights and optimizer states, CCPO's statistics, the
+schedule; under ZeRO-3 the parked partitions go to ``collab_policies_rank{r}.pt``, one per rank,
+and a resume needs the same number of processes). The final model folder also holds
+``collab.json`` and every policy as ``policies/<name>/`` for evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentrl.algorithms.role_steps import RoleSchedule
+from agentrl.algorithms.runner import UpdateRunner
+from agentrl.collab import to_dict
+from agentrl.credit.collab import CcpoState
+from agentrl.policies import CheckpointMismatch
+from agentrl.recipe_file import RecipeError
+from agentrl.rollout.rows import episode_rows, per_episode
+
+if TYPE_CHECKING:
+    from agentrl.algorithms.collab import Collab
+    from agentrl.policies.separate import RoleModel
+
+COLLAB_STATE = "collab_state.pt"
+
+
+class CollabRunner(UpdateRunner):
+    """The collaboration's rows, micro-batches, micro-steps and checkpoints (module docstring)."""
+
+    def __init__(self, trainer, algo: Collab):
+        super().__init__(trainer)
+        self.collab, self.policies, self.schedule, self.role_steps = (algo.collab, algo.policies, algo.schedule,
+                                                                      algo.role_steps)
+
+    # ------------------------------------------------------------------ which role trains
+    def _role_ordered(self, mode: str) -> bool:
+        return self.role_steps is not None and mode == "train"
+
+    def _block_role(self) -> str | None:
+        """The role that trains at this step in role blocks (None in evaluation or with ``both``,
+        where every role's rows train the trainer's model)."""
+        trained = self.schedule.trained(self.trainer.state.global_step)
+        return trained[0] if self.trainer.model.training and len(trained) == 1 else None
+
+    def _training_role_model(self) -> RoleModel | None:
+        """The role model whose role trains at this step (``collab_models``, role blocks), else None."""
+        role = self._block_role()
+        return None if role is None else self.policies.role_model(role)
+
+    def pad_id(self) -> int:
+        role = self._block_role()
+        return super().pad_id() if role is None else self.policies.tokenizer(role).pad_token_id
+
+    def loss_model(self, mb: dict[str, Any]):
+        role = self._block_role()
+        return super().loss_model(mb) if role is None else self.policies.loss_model(role)
+
+    # ------------------------------------------------------------------ rows and micro-batches
+    def rows(self, episodes, credited, mode):
+        """Role-ordered steps: every role's rows to one count on every rank, role after role."""
+        if not self._role_ordered(mode):
+            return super().rows(episodes, credited, mode)
+        by_role: dict[str, list] = {n: [] for n in self.collab.role_names}
+        for ep, adv in per_episode(episodes, credited.local()):
+            by_role[ep.tokens.role.name] += episode_rows(ep, adv, credited.per_token)
+        groups = [by_role[n] for n in self.collab.role_names]
+        t = self.trainer
+        n_max = t.max_over_ranks(max(len(r) for r in groups))
+        return self.role_steps.balance(groups, n_max, t.args.max_rows_per_rank, self.pad_id(), t.row_rng())
+
+    def micro_batches(self, batch, mode):
+        """Role-ordered steps: the rollout's micro-batches role after role, each tagged with its
+        role (``RoleSteps.micro_batches``)."""
+        if not self._role_ordered(mode):
+            return super().micro_batches(batch, mode)
+        t = self.trainer
+        out = self.role_steps.micro_batches(batch, t.loss_is_split_invariant(),
+                                            lambda x: t.accelerator.gather(x).sum())
+        per = len(out) // self.role_steps.n_roles
+        for i, mb in enumerate(out):
+            mb["role"] = i // per
+        return out
+
+    def policy(self, mb):
+        """A role-ordered micro-batch's rows are its role's policy's (old log-probs under it)."""
+        if "role" not in mb:
+            return nullcontext()
+        return self.policies.use(self.collab.roles[mb["role"]].name)
+
+    # ------------------------------------------------------------------ micro-steps
+    def begin_micro_step(self, model):
+        """Role-ordered steps: activate the role's policy before its optimizer step's first
+        micro-batch (no gradients are pending there). A role on its own model: its loss on that model."""
+        t = self.trainer
+        # Trainer.training_step puts only the model it is given in train mode; the trainer's model
+        # must be too, since the trainer reads self.model.training to tell training from evaluation
+        t.model.train()
+        rm = self._training_role_model()
+        if rm is not None:
+            return rm.model
+        if self.role_steps is not None and t.micro_step % t.args.gradient_accumulation_steps == 0:
+            k = self.role_steps.role_at(t.micro_step)
+            self.policies.activate(self.collab.roles[k].name)
+            t.log_metric("collab/trained_role", float(k))
+        return model
+
+    def end_micro_step(self) -> None:
+        """A role on its own model: that model's optimizer step after the optimizer step's last
+        micro-batch (the Trainer's optimizer steps with no gradients), unless the guard refused it."""
+        t = self.trainer
+        rm = self._training_role_model()
+        if rm is None or t.micro_step % t.args.gradient_accumulation_steps != 0:
+            return
+        if t.skip_update:
+            rm.optimizer.zero_grad(set_to_none=True)
+            return
+        t.log_metric("collab/role_model_grad_norm", rm.step(t.learning_rate(), t.args.max_grad_norm))
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What ``collab_state.pt`` holds."""
+        t = self.trainer
+        ccpo = t.algorithm_state if t.algorithm_state is not None else CcpoState()
+        return {"policies": self.policies.state_dict(t.accelerator.num_processes), "ccpo": ccpo.state_dict(),
+                "schedule": asdict(self.schedule), "global_step": int(t.state.global_step)}
+
+    def save_checkpoint(self, output_dir: str) -> None:
+        import torch
+
+        t = self.trainer
+        self.policies.save(output_dir, t.accelerator.process_index, t.args.should_save)
+        if t.args.should_save:
+            torch.save(self.checkpoint_state(), Path(output_dir) / COLLAB_STATE)
+
+    def load_checkpoint(self, checkpoint: str) -> None:
+        """The checkpoint's policies (into the store) and CCPO's statistics (the trainer's
+        algorithm state); RecipeError for a checkpoint of another kind of run or schedule."""
+        import torch
+
+        t = self.trainer
+        path = Path(checkpoint) / COLLAB_STATE
+        if not path.is_file():
+            raise RecipeError(f"{checkpoint} has no {COLLAB_STATE}: not a checkpoint of a collaboration run")
+        d = torch.load(path, map_location="cpu", weights_only=True)
+        saved = RoleSchedule(tuple(d["schedule"]["roles"]), d["schedule"]["kind"], d["schedule"]["block_steps"])
+        if saved != self.schedule:
+            raise RecipeError(f"resume: the checkpoint's role schedule {asdict(saved)} differs from this run's "
+                              f"{asdict(self.schedule)}")
+        try:
+            self.policies.load(d["policies"], checkpoint, t.accelerator.process_index, t.accelerator.num_processes)
+        except CheckpointMismatch as e:
+            raise RecipeError(str(e)) from None
+        t.algorithm_state = CcpoState.from_state_dict(d["ccpo"])
+
+    def save_model(self, output_dir: str) -> None:
+        """``collab.json`` and every policy as ``policies/<name>/`` (role models with their tokenizer)."""
+        t = self.trainer
+        out = Path(output_dir)
+        if self.policies.zero3:  # gathers and swaps are collective: every rank saves
+            self._save_policies(out)
+        if not t.accelerator.is_main_process:
+            return
+        (out / "collab.json").write_text(json.dumps(to_dict(self.collab), indent=1))
+        if (self.policies.separate or self.policies.role_models) and not self.policies.zero3:
+            self._save_policies(out)
+        for role, rm in self.policies.role_models.items():  # with its own tokenizer
+            d = out / "policies" / self.collab.role(role).policy
+            rm.model.save_pretrained(str(d))
+            rm.tokenizer.save_pretrained(str(d))
+
+    def _save_policies(self, out: Path) -> None:
+        for name in self.policies.names:
+            with self.policies.use_policy(name):
+                self.trainer.save_model(str(out / "policies" / name), _internal_call=True)

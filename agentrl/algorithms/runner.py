@@ -1,0 +1,75 @@
+"""The update runner: which weights each part of the update trains, and what a checkpoint adds.
+
+An algorithm decides what is played and how it is credited and scored; its runner decides where
+the resulting rows train. The default trains the trainer's own model on every row, and its methods
+are the trainer's plain steps. A run whose rows belong to several policies (a collaboration of
+roles: ``agentrl.algorithms.collab_runner``) has its own runner; nobody else's interface grows.
+
+The trainer calls, per iteration: ``rows`` (episodes -> balanced rows), ``micro_batches`` (the
+packed rows -> the update's micro-batches), ``policy`` around the no-grad forwards of a
+micro-batch (old log-probs), ``begin_micro_step`` / ``end_micro_step`` around each training
+micro-step; and ``save_checkpoint`` / ``load_checkpoint`` / ``save_model`` for the run folder.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
+
+from agentrl.rollout.rows import length_grouped_micro_batches, shuffled_micro_batches, trim_padding
+
+if TYPE_CHECKING:
+    from agentrl.rollout.contexts import Row
+    from agentrl.rollout.episodes import Episode
+    from agentrl.rollout.rows import RowCounts
+
+
+class UpdateRunner:
+    """One policy, the trainer's model, trains on every row (see the module docstring)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def pad_id(self) -> int:
+        """The pad id of the rows."""
+        return self.trainer.processing_class.pad_token_id
+
+    def rows(self, episodes: list[Episode], credited, mode: str) -> tuple[list[Row], RowCounts]:
+        """Every episode's rows, balanced to one count on every rank."""
+        return self.trainer.balance_rows(self.trainer.episode_rows(episodes, credited), mode, self.pad_id())
+
+    def micro_batches(self, batch: dict[str, Any], mode: str) -> list[dict[str, Any]]:
+        """``steps_per_generation`` micro-batches (one in evaluation): grouped by length where the
+        gradient does not depend on the grouping (``groups_rows_by_length``), else a seeded shuffle."""
+        t = self.trainer
+        n = t.args.steps_per_generation if mode == "train" else 1
+        if n == 1:
+            return [trim_padding(batch)]
+        if t.groups_rows_by_length():
+            return length_grouped_micro_batches(batch, n)
+        return shuffled_micro_batches(batch, n, t.torch_rng())
+
+    def policy(self, mb: dict[str, Any]):
+        """Context in which ``mb``'s rows are the policy's (its no-grad forwards run inside)."""
+        return nullcontext()
+
+    def loss_model(self, mb: dict[str, Any]):
+        """The model whose log-probs ``mb``'s old log-probs are (the one it trains)."""
+        return self.trainer.model
+
+    def begin_micro_step(self, model):
+        """The model a training micro-step runs on."""
+        return model
+
+    def end_micro_step(self) -> None:
+        """After a training micro-step (the trainer's ``skip_update`` says whether the optimizer
+        step that ends here was refused by the non-finite guard)."""
+
+    def save_checkpoint(self, output_dir: str) -> None:
+        """Nothing beyond the trainer's checkpoint."""
+
+    def load_checkpoint(self, checkpoint: str) -> None:
+        """Nothing beyond the trainer's checkpoint."""
+
+    def save_model(self, output_dir: str) -> None:
+        """Nothing beyond the trainer's model folder."""

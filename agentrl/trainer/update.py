@@ -1,0 +1,102 @@
+"""The update's pieces the trainer's steps call: loss settings, the old and reference log-probs
+of a micro-batch, loss metrics over ranks, and the cuDNN attention switch.
+
+Data flow of one optimizer step (``AgentGRPOTrainer``): packed rows -> the runner's micro-batches
+-> ``reference_logps`` per micro-batch (old / reference log-probs on the micro-batch's own tensors)
+-> per micro-step: the policy's log-probs (one forward) -> the registered loss
+(``agentrl.losses.compute``) -> finite? (``agentrl.trainer.guard``) -> backward -> optimizer step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agentrl.losses import LossOutput, LossSettings
+from agentrl.trainer.logprobs import completion_logps
+
+
+def loss_settings(trainer, mb: dict[str, Any], mode: str, options: dict[str, Any]) -> LossSettings:
+    """The recipe's loss knobs and this micro-batch's normalisers (TRL 1.16's, so a recipe's
+    ``loss_type`` trains as it did under TRL's loss): ``dapo`` divides by the optimizer step's
+    loss tokens on this rank, the others by the micro-batches per optimizer step."""
+    a = trainer.args
+    train = mode == "train"
+    # set by the Trainer's loop for each optimizer step (fewer at an epoch's end)
+    accum = getattr(trainer, "current_gradient_accumulation_steps", a.gradient_accumulation_steps)
+    accumulation = float(accum) if train else 1.0
+    tokens = float(mb["num_items_in_batch"]) / trainer.accelerator.num_processes
+    if train:
+        tokens *= accumulation / a.steps_per_generation
+    return LossSettings(epsilon_low=trainer.epsilon_low, epsilon_high=trainer.epsilon_high, delta=a.delta,
+                        beta=trainer.beta, ratio_level=a.importance_sampling_level,
+                        kl_bias_correction=bool(a.use_bias_correction_kl), accumulation=accumulation,
+                        tokens=tokens, max_completion_length=int(trainer.max_completion_length), options=options)
+
+
+def needs_old_logps(trainer) -> bool:
+    """Whether a rollout's rows train in more than one optimizer step (or iteration), so the ratio
+    needs the log-probs they were generated with (else old = the loss's own, detached)."""
+    a = trainer.args
+    return a.gradient_accumulation_steps % (a.steps_per_generation * trainer.num_iterations) != 0
+
+
+@torch.no_grad()
+def reference_logps(trainer, mb: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """``old_logps`` (off-policy reuse, under the runner's policy for ``mb``) and ``ref_logps``
+    (``beta`` > 0: the reference model, or with PEFT the base model with the adapter disabled),
+    both from ``mb``'s own tensors: the loss's forward sees the same ones, so at step 1 the KL is
+    exactly 0 on deterministic kernels."""
+    out = {}
+    autocast = trainer.accelerator.autocast
+    if needs_old_logps(trainer):
+        with trainer.runner.policy(mb):
+            out["old_logps"] = completion_logps(trainer.runner.loss_model(mb), mb, autocast)[0]
+    if trainer.beta != 0.0:
+        out["ref_logps"] = _ref_logps(trainer, mb)
+    return out
+
+
+def _ref_logps(trainer, mb: dict[str, Any]) -> torch.Tensor:
+    autocast = trainer.accelerator.autocast
+    if trainer.ref_model is not None:
+        return completion_logps(trainer.ref_model, mb, autocast)[0]
+    from trl.trainer.utils import use_adapter
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+        return completion_logps(trainer.model, mb, autocast)[0]
+
+
+def log_loss_metrics(trainer, out: LossOutput, mode: str) -> None:
+    """The loss's metrics over all ranks into the trainer's metric buffer: means as summed
+    (sum, count) pairs (one all-reduce for all of them), extremes over every rank's rows."""
+    m = trainer._metrics[mode]
+    if out.means:
+        names = sorted(out.means)
+        local = torch.stack([torch.stack([out.means[k][0].float(), out.means[k][1].float()]) for k in names])
+        total = trainer.accelerator.reduce(local, reduction="sum") if trainer.accelerator.num_processes > 1 else local
+        for k, (s, c) in zip(names, total.tolist(), strict=True):
+            m[k].append(s / c if c > 0 else float("nan"))
+    for k, (kind, values) in sorted(out.extremes.items()):
+        allv = trainer.accelerator.gather(values) if trainer.accelerator.num_processes > 1 else values
+        allv = allv[~torch.isnan(allv)]
+        if allv.numel():
+            m[k].append(float(allv.min() if kind == "min" else allv.max()))
+
+
+def cudnn_attention(enabled: bool) -> bool:
+    """Turn cuDNN's SDPA backend on or off (CUDA only); returns whether it was on before.
+
+    Off by default in training (recipe key ``allow_cudnn_attention``): its backward returns NaN in
+    dQ on Hopper GPUs (torch >= 2.11) for query rows whose attention log-sum-exp is below
+    -ln(FLT_MAX) at sequence lengths 64 mod 128 with an explicit mask (pytorch/pytorch#196678).
+    Packed rows remove the fully masked rows that hit it every time; a pretrained model's
+    "massive activation" heads can still produce such rows (huggingface/trl#7181). Flash and
+    memory-efficient attention are unaffected."""
+    if not torch.cuda.is_available():
+        return False
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(enabled)
+    return before
