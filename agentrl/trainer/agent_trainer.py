@@ -544,7 +544,8 @@ class AgentGRPOTrainer(GRPOTrainer):
                   for x in notes] if self.accelerator.num_processes > 1 else []
         self.skip_update = self.guard.end_step(self.state.global_step + 1, names, n_bad, others)
         if self.skip_update:
-            model.zero_grad(set_to_none=True)  # AdamW skips parameters without a gradient: a no-op step
+            if not self.is_deepspeed_enabled:  # AdamW skips parameters without a gradient: a no-op step
+                model.zero_grad(set_to_none=True)
             if self.accelerator.is_main_process:
                 print(f"agentrl train: warning: {self.guard.last}; the update was skipped", flush=True)
         m["train/nonfinite_steps"].append(float(self.guard.skipped))

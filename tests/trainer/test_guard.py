@@ -116,15 +116,19 @@ def test_the_guard_state_survives_a_resume(tmp_path, tiny_model_dir, capsys):
 
 
 @pytest.mark.slow
-def test_zero3_two_ranks_skip_together(tmp_path, tiny_model_dir):
-    # 2 ranks under ZeRO-3 (CPU, gloo): step 2's loss is NaN on rank 1 only, step 3's gradient of
-    # one parameter is inf on both: each step is skipped on both ranks (DeepSpeed's own check of
-    # the partitioned gradients agrees with the guard), step 4 trains again
+@pytest.mark.parametrize("where, rank, said", [
+    ("loss", 1, "step 2: non-finite loss at micro-step 0 on rank 1 (loss); the update was skipped"),
+    ("grad", -1, "step 2: non-finite gradient; the update was skipped"),
+])
+def test_zero3_two_ranks_skip_together(tmp_path, tiny_model_dir, where, rank, said):
+    # 2 ranks under ZeRO-3 (CPU, gloo): step 2's loss is NaN on rank 1 only, or one parameter's
+    # gradient is NaN on both: the step is skipped on both ranks (DeepSpeed's own check of the
+    # partitioned gradients agrees with the guard), steps 3 and 4 train again
     pytest.importorskip("deepspeed")
     out = tmp_path / "ds"
     rec = _recipe(tmp_path, "ds.yaml", model_name_or_path=tiny_model_dir, output_dir=str(out), num_tasks=4,
                   num_generations=2, per_device_train_batch_size=2, use_cpu=False,
-                  **dict(FAULTY, max_steps=4, algorithm_kwargs={"where": "loss", "steps": [2], "rank": 1}))
+                  **dict(FAULTY, max_steps=4, algorithm_kwargs={"where": where, "steps": [2], "rank": rank}))
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(REPO / "accelerate_configs" / "cpu_zero3.yaml"), "-m", "agentrl.train", str(rec)]
     r = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
@@ -132,6 +136,6 @@ def test_zero3_two_ranks_skip_together(tmp_path, tiny_model_dir):
     logs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     logs = [h for h in logs if "train/nonfinite_steps" in h]
     assert [h["train/nonfinite_steps"] for h in logs] == [0, 1, 1, 1]
-    sums = [h["faulty/param_sum"] for h in logs]
+    sums = [h["faulty/param_sum"] for h in logs]  # rank 0's share of the weights at each rollout
     assert sums[1] != sums[0] and sums[2] == sums[1] and sums[3] != sums[2]
-    assert "step 2: non-finite loss at micro-step 0 on rank 1 (loss); the update was skipped" in r.stdout
+    assert said in r.stdout

@@ -282,3 +282,18 @@ def test_env_workers_give_the_in_process_rollouts(tmp_path, tiny_model_dir):
                     read_jsonl(tmp_path / f"w{w}" / "out" / "rollouts" / f"iter_{s:05d}.jsonl")] for s in (0, 1)]
         assert getattr(tr, "_workers", None) is None  # closed at the end of train()
     assert runs["0"] == runs["2"] and len(runs["0"][0]) > 0
+
+
+def test_step_timings_add_up(tmp_path, tiny_model_dir):
+    # 4 micro-steps per optimizer step: time/update_s is all four (it once logged one), and the
+    # parts of a step add up to TRL's step_time (the rest: metrics, rollout files, task rows)
+    cfg = make_cfg(tmp_path, tiny_model_dir, per_device_train_batch_size=2, gradient_accumulation_steps=4,
+                   steps_per_generation=4, max_steps=2, beta=0.04)
+    tr = make_trainer(cfg)
+    tr.train()
+    logs = [h for h in tr.state.log_history if "step_time" in h]
+    assert len(logs) == 2
+    for h in logs:
+        parts = h["time/rollout_s"] + h["time/credit_s"] + h["time/rows_s"] + h["time/logps_s"] + h["time/update_s"]
+        assert h["time/logps_s"] > 0 and h["time/update_s"] > 0
+        assert parts == pytest.approx(h["step_time"], rel=0.05), (parts, h)
