@@ -16,7 +16,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: truth setup demo demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
+.PHONY: gpu-check gpu-wheels truth setup demo demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
 	repro-bipace repro-salt repro-rtmc repro-bipace-cpu repro-salt-cpu repro-rtmc-cpu
 
 help:
@@ -27,6 +27,8 @@ help:
 	@echo "make lint   - ruff"
 	@echo "make truth  - credit estimators scored against exact advantages/gradients on finite MDPs + 100-seed race (runs/truth, ~4 min)"
 	@echo "make bench  - credit-module (100k records, one core) and env latency benchmarks"
+	@echo "make gpu-check - on a CUDA machine: the card's recipe shapes checked and timed (docs/results/gpu.md)"
+	@echo "make gpu-wheels - the wheels a CUDA machine without a registry needs (.gpu-wheels/; then scripts/gpu_check.sh there)"
 	@echo "make repro-bipace|repro-salt|repro-rtmc [SEEDS='0 1 2'] [VLLM=1] - the papers' GPU runs"
 	@echo "make repro-bipace-cpu|repro-salt-cpu|repro-rtmc-cpu - SmolLM2 CPU subsets (minutes)"
 	@echo "make repro-appo|repro-ccpo [SEEDS=...] - APPO / CCPO-SEPO GPU runs; repro-appo-cpu|repro-ccpo-cpu - CPU subsets"
@@ -104,6 +106,18 @@ lint: setup
 bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.benchmarks credit --records 100000 --repeats 7
 	$(BIN)/python -m agentrl.benchmarks envs --episodes 10
+
+# On a CUDA machine: `agentrl bench gpu` (random-init Qwen2.5 bodies, no hub): every loss and
+# gradient finite, kl ~0 at step 1, the step breakdown, docs/results/gpu.md. It does not depend on
+# `setup` (which installs the CPU torch): it uses this venv if there is one, else the machine's own
+# python with the wheels of `make gpu-wheels` (scripts/gpu_check.sh). GPU_CHECK_ARGS: e.g. --plan.
+GPU_CHECK_ARGS ?=
+gpu-check:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m agentrl.benchmarks gpu $(GPU_CHECK_ARGS); \
+	else bash scripts/gpu_check.sh $(GPU_CHECK_ARGS); fi
+
+gpu-wheels:
+	bash scripts/gpu_wheels.sh
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

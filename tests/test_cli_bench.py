@@ -62,3 +62,49 @@ def test_training_step_benchmark_runs_offline_on_a_tiny_model():
     row = json.loads(r.stdout.strip().splitlines()[-1])
     assert (row["model"], row["credit"], row["rollouts_per_step"], row["threads"]) == ("tiny", "grpo", 4, 1)
     assert row["step_s"] > 0 and row["rollout_s"] > 0 and row["update_s"] > 0
+
+
+def _metrics(tmp_path, rows):
+    p = tmp_path / "metrics.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+def test_gpu_summary_checks_by_hand(tmp_path):
+    from agentrl.benchmarks.gpu import summarize
+
+    good = [{"step": s, "loss": 0.1, "grad_norm": 0.5, "kl": 0.0 if s == 1 else 1e-3, "step_time": t,
+             "time/update_s": u, "train/nonfinite_steps": 0} for s, t, u in ((1, 9.0, 3.0), (2, 4.0, 1.0), (3, 6.0, 2.0))]
+    r = summarize(_metrics(tmp_path, good), 3)
+    # step 1 is the warm-up: means over steps 2-3
+    assert r["problems"] == [] and r["step_time"] == 5.0 and r["time/update_s"] == 1.5 and r["kl_step1"] == 0.0
+    bad = [dict(good[0], kl=2e-4), dict(good[1], grad_norm=float("nan")), dict(good[2], **{"train/nonfinite_steps": 1})]
+    r = summarize(_metrics(tmp_path, bad), 4)
+    assert r["problems"] == ["3 of 4 steps logged", "non-finite loss or gradient norm at steps [2]",
+                             "the non-finite guard skipped steps", "kl 0.0002 at step 1 (policy = reference)"]
+
+
+def test_gpu_plan_is_checked(capsys):
+    from agentrl.benchmarks.gpu import parse_plan
+
+    assert parse_plan("1.5b:plain:10,7b:lora:3") == [("1.5b", "plain", 10), ("7b", "lora", 3)]
+    assert main(["gpu", "--plan", "1.5b:fsdp:3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "bad --plan entry '1.5b:fsdp:3'" in err
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_the_card_recipe_at_tiny_size_on_cpu(tmp_path):
+    # what `make gpu-check` does on a GPU, at tiny size on this CPU: plain, ZeRO-3 in one process
+    # and LoRA runs of the card's recipe, each finite with kl 0 at step 1, and the report
+    env = dict(os.environ, AGENTRL_CACHE=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-m", "agentrl.benchmarks", "gpu", "--tiny", "--out", str(tmp_path / "gpu.md"),
+                        "--json", str(tmp_path / "gpu.json"), "--runs", str(tmp_path / "runs")],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rep = json.loads((tmp_path / "gpu.json").read_text())
+    assert [(x["mode"], x["steps"], x["ok"]) for x in rep["runs"]] == [("plain", 2, True), ("zero3", 2, True),
+                                                                      ("lora", 2, True)]
+    assert all(x["kl_step1"] == 0.0 and x["time/update_s"] > 0 for x in rep["runs"])
+    md = (tmp_path / "gpu.md").read_text()
+    assert md.count("| tiny |") == 3 and "agentrl / plain TRL" in md and "ZeRO-3 / plain step" in md

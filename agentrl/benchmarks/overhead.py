@@ -114,7 +114,8 @@ def _constant_reward(prompts=None, completions=None, **kw):
     return [0.0] * len(completions)
 
 
-def build_pair(model_dir: str, out: Path, tokens: int, rows: int, group: int, env_workers: str = "0"):
+def build_pair(model_dir: str, out: Path, tokens: int, rows: int, group: int, env_workers: str = "0",
+               device: str = "cpu"):
     """(agentrl trainer, TRL trainer) on equal work (module docstring), each with a ``clock``."""
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -126,8 +127,8 @@ def build_pair(model_dir: str, out: Path, tokens: int, rows: int, group: int, en
     common: dict[str, Any] = dict(
         per_device_train_batch_size=rows, num_generations=group, max_completion_length=tokens,
         generation_kwargs={"min_new_tokens": tokens}, learning_rate=1e-5, max_steps=2, logging_steps=1,
-        save_strategy="no", bf16=False, gradient_checkpointing=False, report_to="none", use_cpu=True,
-        disable_tqdm=True, seed=0)
+        save_strategy="no", bf16=device == "cuda", gradient_checkpointing=False, report_to="none",
+        use_cpu=device == "cpu", disable_tqdm=True, seed=0)
     cfg = AgentRLConfig(output_dir=str(out / "agentrl"), model_name_or_path=model_dir, env_id=ENV_ID,
                         env_kwargs=dict(ENV_KWARGS), task_families=["depth2"], num_tasks=64, max_turns=1,
                         max_prompt_tokens=4096, history_length=0, credit="grpo", env_workers=env_workers,
@@ -149,16 +150,22 @@ def build_pair(model_dir: str, out: Path, tokens: int, rows: int, group: int, en
 
 
 def bench_overhead(repeats: int = 3, steps: int = 1, tokens: int = 24, rows: int = 32, group: int = 4,
-                   env_workers: str = "0") -> dict[str, Any]:
-    """Median seconds per step of both trainers and their ratio (module docstring)."""
+                   env_workers: str = "0", device: str = "cpu", body: str = "tiny") -> dict[str, Any]:
+    """Median seconds per step of both trainers and their ratio (module docstring), on ``device``
+    with the tiny model or a Qwen2.5 ``body`` (``agentrl.models.qwen``)."""
     import torch
 
     from agentrl.models import build_tiny_model
 
     torch.manual_seed(0)
     tmp = Path(tempfile.mkdtemp(prefix="agentrl-overhead-"))
-    model_dir = str(build_tiny_model(tmp / "tiny"))
-    ours, theirs = build_pair(model_dir, tmp, tokens, rows, group, env_workers)
+    if body == "tiny":
+        model_dir = str(build_tiny_model(tmp / "tiny"))
+    else:
+        from agentrl.benchmarks.gpu import build_body
+
+        model_dir = str(build_body(body, device == "cuda"))
+    ours, theirs = build_pair(model_dir, tmp, tokens, rows, group, env_workers, device)
     for tr in (ours, theirs):
         tr.args.max_steps = 1 + steps
     shares: list[float] = []
@@ -173,7 +180,8 @@ def bench_overhead(repeats: int = 3, steps: int = 1, tokens: int = 24, rows: int
         return statistics.median(s[key] for s in tr.clock.steps)
 
     res: dict[str, Any] = {"rows": rows, "tokens": tokens, "repeats": repeats, "steps_per_repeat": steps,
-                           "env_workers": env_workers, "threads": torch.get_num_threads()}
+                           "env_workers": env_workers, "threads": torch.get_num_threads(), "device": device,
+                           "body": body}
     for name, tr in (("agentrl", ours), ("trl", theirs)):
         res[name] = {k: round(med(tr, k), 4) for k in ("step", "generation", "update", "rest")}
         res[name]["steps"] = [round(s["step"], 4) for s in tr.clock.steps]
@@ -203,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=24, help="new tokens per row (default 24)")
     ap.add_argument("--rows", type=int, default=32, help="rows per step, 4 generations per task (default 32)")
     ap.add_argument("--env-workers", default="0", help="agentrl's env_workers (default 0: in-process envs)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both trainers run (default cpu)")
+    ap.add_argument("--body", choices=("tiny", "0.5b", "1.5b", "7b"), default="tiny",
+                    help="the tiny test model or a Qwen2.5 body (agentrl.models.qwen; default tiny)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     if min(args.repeats, args.steps, args.tokens, args.rows) < 1 or args.rows % 4:
@@ -211,7 +222,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    res = bench_overhead(args.repeats, args.steps, args.tokens, args.rows, env_workers=args.env_workers)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("error: --device cuda: no CUDA device here", file=sys.stderr)
+            return 2
+    res = bench_overhead(args.repeats, args.steps, args.tokens, args.rows, env_workers=args.env_workers,
+                         device=args.device, body=args.body)
     if args.json:
         print(json.dumps(res, indent=1))
     else:

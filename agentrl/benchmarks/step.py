@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def _fingerprint_pass_costs(tr, chunk: int, layer: int) -> tuple[float, float]:
@@ -49,11 +50,18 @@ def main(argv=None) -> int:
     ap.add_argument("--max_new_tokens", type=int, default=12)
     ap.add_argument("--fingerprint_layer", type=int, default=-1)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="cuda runs bf16 with gradient checkpointing (auto: cuda when there is one)")
     a = ap.parse_args(argv)
     from agentrl.benchmarks.setup import offline_model
 
     model, tmp = offline_model(a.model, a.threads, "agentrl_bench_")
     import torch
+
+    cuda = torch.cuda.is_available() if a.device == "auto" else a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print("error: --device cuda: no CUDA device here", file=sys.stderr)
+        return 2
 
     from agentrl.config import AgentRLConfig, validate_config
     from agentrl.train import build_trainer
@@ -64,8 +72,8 @@ def main(argv=None) -> int:
         max_turns=a.max_turns, max_prompt_tokens=256, history_length=1, credit=a.credit,
         fingerprint_layer=a.fingerprint_layer, valid_action_reward=0.1, num_generations=a.group,
         per_device_train_batch_size=a.rollouts, max_completion_length=a.max_new_tokens,
-        max_steps=a.steps, logging_steps=1, save_strategy="no", bf16=False,
-        gradient_checkpointing=False, report_to="none", use_cpu=not torch.cuda.is_available(),
+        max_steps=a.steps, logging_steps=1, save_strategy="no", bf16=cuda,
+        gradient_checkpointing=cuda, report_to="none", use_cpu=not cuda,
         disable_tqdm=True, learning_rate=1e-5)
     validate_config(cfg)
     tr = build_trainer(cfg)

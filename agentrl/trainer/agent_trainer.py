@@ -549,6 +549,8 @@ class AgentGRPOTrainer(GRPOTrainer):
             if self.accelerator.is_main_process:
                 print(f"agentrl train: warning: {self.guard.last}; the update was skipped", flush=True)
         m["train/nonfinite_steps"].append(float(self.guard.skipped))
+        if self.accelerator.device.type == "cuda":
+            m["gpu/peak_gib"].append(torch.cuda.max_memory_allocated() / 2**30)
         m["time/update_s"].append(self._update_s)
         for k in ("rollout_s", "credit_s", "rows_s", "logps_s"):
             m[f"time/{k}"].append(self.timings.pop(k, 0.0))
