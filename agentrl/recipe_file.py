@@ -120,12 +120,29 @@ def _resolve(p: Path, shown: str | Path, chain: tuple[Path, ...]) -> dict[str, A
     return merged
 
 
+def fold_dotted_keys(data: dict[str, Any], shown: str | Path) -> dict[str, Any]:
+    """``KEY.NAME: v`` sets entry NAME of the mapping KEY (after KEY itself, if given whole): how a
+    part sets one of ``algorithm_kwargs`` or ``credit_kwargs`` while another part sets others."""
+    out = {k: v for k, v in data.items() if "." not in k}
+    for k, v in data.items():
+        if "." not in k:
+            continue
+        outer, inner = k.split(".", 1)
+        if not outer or not inner:
+            raise RecipeError(f"{shown}: key {k!r}: a dotted key is MAPPING_KEY.ENTRY")
+        base = out.get(outer) or {}
+        if not isinstance(base, dict):
+            raise RecipeError(f"{shown}: key {k!r} sets an entry of {outer!r}, which is not a mapping")
+        out[outer] = {**base, inner: v}
+    return out
+
+
 def read_recipe_file(path: str | Path) -> dict[str, Any]:
-    """Parse ``path`` into a dict, with its ``base:`` recipes resolved and ``output_dir`` derived from
-    the path unless set (``default_output_dir``); RecipeError (one line) if a file is missing,
-    empty, not YAML, not a mapping, repeats a key, two parts of one base list set the same key, or
-    the bases form a cycle."""
-    data = _resolve(Path(path), path, ())
+    """Parse ``path`` into a dict, with its ``base:`` recipes resolved, dotted keys folded into their
+    mappings (``fold_dotted_keys``) and ``output_dir`` derived from the path unless set
+    (``default_output_dir``); RecipeError (one line) if a file is missing, empty, not YAML, not a
+    mapping, repeats a key, two parts of one base list set the same key, or the bases form a cycle."""
+    data = fold_dotted_keys(_resolve(Path(path), path, ()), path)
     data.setdefault("output_dir", default_output_dir(path))
     return data
 

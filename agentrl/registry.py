@@ -87,3 +87,13 @@ class Param:
                 raise bad(f"must be >= {self.lo}")
             raise bad(f"must be <= {self.hi}" if self.lo is None else f"must be in [{self.lo}, {self.hi}]")
         return v
+
+
+def resolve_params(params: dict[str, Param], given: dict[str, Any] | None, owner: str) -> dict[str, Any]:
+    """``given`` checked against ``params`` (an unknown name or a bad value is a ValueError naming
+    ``owner``), defaults filled in."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(params))
+    if unknown:
+        raise ValueError(f"{owner} has no kwarg {unknown[0]!r} (its kwargs: {', '.join(sorted(params)) or 'none'})")
+    return {k: p.check(owner, k, given[k]) if k in given else p.default for k, p in params.items()}

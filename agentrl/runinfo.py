@@ -28,9 +28,6 @@ RUN_INFO_FILE = "run_info.json"
 METRICS_FILE = "metrics.jsonl"
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "gymnasium", "deepspeed", "vllm")
 
-# The settings an episode depends on, as AgentRLConfig names them; eval defaults to these.
-ROLLOUT_SETTINGS = ("env_id", "env_kwargs", "env_modules", "context_mode", "history_length", "prefill",
-                    "max_completion_length", "max_turns", "max_prompt_tokens", "stop_strings")
 
 
 def _jsonable(v: Any) -> Any:
@@ -142,7 +139,9 @@ def quiet_wandb_banner() -> None:
 
 def _settings_from_args(args: Any) -> dict[str, Any]:
     get = args.get if isinstance(args, dict) else lambda k, d=None: getattr(args, k, d)
-    return {k: get(k) for k in ROLLOUT_SETTINGS if get(k, MISSING) is not MISSING}
+    from agentrl.recipe_keys import episode_keys
+
+    return {k: get(k) for k in episode_keys() if get(k, MISSING) is not MISSING}
 
 
 def training_settings(checkpoint: str | Path) -> tuple[dict[str, Any], str] | None:

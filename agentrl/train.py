@@ -239,47 +239,11 @@ def resume_target(value, output_dir: str, max_steps: int = -1) -> str | None:
     return text
 
 
-KEYS_HELP = Path(__file__).with_name("recipe_keys.txt")
-"""``recipe_keys_help()`` as shipped: importing TRL to list the keys takes 10-20 s, ``--help`` must
-not. Regenerate with ``python -c "from agentrl.train import write_keys_help; write_keys_help()"``."""
-
-
-def _keys_fingerprint() -> str:
-    """What the keys help depends on: agentrl/config.py and the TRL / transformers versions."""
-    import hashlib
-    from importlib.metadata import version
-
-    h = hashlib.sha1((Path(__file__).with_name("config.py")).read_bytes())
-    h.update(f"trl {version('trl')} transformers {version('transformers')}".encode())
-    return h.hexdigest()[:16]
-
-
 def keys_help() -> str:
-    """The recipe keys help: the shipped copy or a cached one when current, else built (and cached)."""
-    fp = _keys_fingerprint()
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentrl" / f"recipe_keys-{fp}.txt"
-    for p in (KEYS_HELP, cache):
-        try:
-            head, _, body = p.read_text().partition("\n")
-        except OSError:
-            continue
-        if head == f"# {fp}":
-            return body.rstrip("\n")
-    from agentrl.config import recipe_keys_help
+    """The recipe keys help (``agentrl.recipe_keys``: no TRL import, so ``--help`` is fast)."""
+    from agentrl.recipe_keys import recipe_keys_help
 
-    body = recipe_keys_help()
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(f"# {fp}\n{body}\n")
-    except OSError:
-        pass
-    return body
-
-
-def write_keys_help() -> None:
-    from agentrl.config import recipe_keys_help
-
-    KEYS_HELP.write_text(f"# {_keys_fingerprint()}\n{recipe_keys_help()}\n")
+    return recipe_keys_help()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,9 +38,11 @@ ROOTS = {"agentrl": REPO / "agentrl", "agentrl_envs": REPO / "envs" / "agentrl_e
 LAYERS: list[tuple[str, tuple[str, ...], str]] = [
     ("envs", ("agentrl_envs",),
      "environments: their own installable package, importing nothing from agentrl"),
-    ("base", ("agentrl$", "agentrl.records", "agentrl.recipe_file", "agentrl.checkpoints", "agentrl.runinfo",
+    ("base", ("agentrl$", "agentrl.records", "agentrl.recipe_file", "agentrl.recipe_keys", "agentrl.checkpoints",
+              "agentrl.runinfo",
               "agentrl.models", "agentrl.cli_args", "agentrl.registry"),
-     "records, recipe files, checkpoint folders, run metadata, model registry, flag spelling, plug-in registries"),
+     "records, recipe files and keys, checkpoint folders, run metadata, model registry, flag spelling, plug-in "
+     "registries"),
     ("credit", ("agentrl.credit", "agentrl.losses"),
      "credit estimators and policy losses: advantages from records, a loss from log-probs"),
     ("rollout", ("agentrl.rollout",),

@@ -170,11 +170,12 @@ def test_help_exits_0(cmd, needle):
 
 
 def test_train_help_lists_recipe_keys_with_docs(capsys):
-    from dataclasses import fields
+    from dataclasses import MISSING, fields
 
     from trl import GRPOConfig
 
-    from agentrl.config import KEY_GROUPS, AgentRLConfig
+    from agentrl.config import AgentRLConfig, key_groups
+    from agentrl.recipe_keys import TRL_KEYS
     from agentrl.train import main
 
     assert main(["--help"]) == 0
@@ -183,7 +184,31 @@ def test_train_help_lists_recipe_keys_with_docs(capsys):
     assert "max_completion_length (default 64)" in out and "learning_rate (default 1e-06)" in out
     # every agentrl key has a group, so a new field shows up in --help
     own = {f.name for f in fields(AgentRLConfig)} - {f.name for f in fields(GRPOConfig)}
-    assert own <= {k for names in KEY_GROUPS.values() for k in names}
+    assert own <= {k for names in key_groups().values() for k in names}
+    # the TRL defaults the help shows (declared in agentrl.recipe_keys, not imported) are TRL's
+    trl = {f.name: f for f in fields(GRPOConfig)}
+    for k, t in TRL_KEYS.items():
+        d = trl[k].default if trl[k].default_factory is MISSING else trl[k].default_factory()
+        assert t.trl_default == d, (k, t.trl_default, d)
+
+
+def test_each_agentrl_key_is_declared_once():
+    # the schema is agentrl/recipe_keys.py: a key's type, default, doc, group and range live in its
+    # knob() line, and the config class, the checks, the help groups, the JSON keys and the keys an
+    # episode depends on are derived from it: no other module lists three or more of the keys
+    import ast
+    from pathlib import Path
+
+    from agentrl.recipe_keys import KNOBS
+
+    repo = Path(__file__).resolve().parent.parent
+    for path in (repo / "agentrl").rglob("*.py"):
+        if path.name == "recipe_keys.py":
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            elts = n.keys if isinstance(n, ast.Dict) else n.elts if isinstance(n, (ast.List, ast.Tuple, ast.Set)) else []
+            named = [e.value for e in elts if isinstance(e, ast.Constant) and e.value in KNOBS]
+            assert len(named) < 3, f"{path.relative_to(repo)}:{n.lineno} lists agentrl's keys again: {named}"
 
 
 def test_launch_dry_run_validates(tmp_path, capsys):

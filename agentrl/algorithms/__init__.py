@@ -2,8 +2,8 @@
 
 ``Algorithm`` (``base``) lists the hooks; ``appo`` and ``collab`` are the built-in plug-ins besides
 the GRPO-style default. A recipe names one with ``algorithm:`` (and its ``algorithm_kwargs``);
-without it, ``algorithm_name`` infers it from the keys older recipes have: ``collab:`` set (or a
-collaboration credit) -> ``collab``; ``credit: appo`` -> ``appo``; anything else -> ``grpo``.
+without it, ``algorithm_name`` infers it from the credit module: a collaboration credit ->
+``collab``; ``credit: appo`` -> ``appo``; anything else -> ``grpo``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def algorithm_name(cfg) -> str:
     """The registered algorithm a config runs (see the module docstring)."""
     if getattr(cfg, "algorithm", None):
         return cfg.algorithm
-    if cfg.collab or cfg.credit in collab.COLLAB_CREDITS:
+    if cfg.credit in collab.COLLAB_CREDITS:
         return "collab"
     return cfg.credit if cfg.credit in algorithm_names() else "grpo"
 
@@ -34,8 +34,8 @@ def check(cfg) -> None:
 
     try:
         algo = for_config(cfg)
-    except (KeyError, ValueError) as e:
-        raise RecipeError(str(e).strip("'\"")) from None
+    except (KeyError, ValueError) as e:  # a KeyError's str() is its message quoted
+        raise RecipeError(e.args[0] if e.args else str(e)) from None
     algo.check(cfg)
 
 

@@ -51,7 +51,9 @@ from agentrl.rollout.episodes import Episode
 
 def appo_kwargs(cfg) -> dict[str, Any]:
     """The resolved ``appo`` credit kwargs (defaults filled) of a config."""
-    return resolve("appo", {"gamma": cfg.gamma, **(cfg.credit_kwargs or {})})[1]
+    from agentrl.config.build import credit_kwargs
+
+    return resolve("appo", credit_kwargs(cfg))[1]
 
 
 # ----------------------------------------------------------------------------------- pure parts

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from agentrl.registry import Param, class_registrar
+from agentrl.registry import Param, class_registrar, resolve_params
 
 if TYPE_CHECKING:
     from agentrl.algorithms.runner import UpdateRunner
@@ -129,10 +129,4 @@ def get_algorithm(name: str) -> type[Algorithm]:
 def resolve_kwargs(cls: type[Algorithm], config) -> dict[str, Any]:
     """``config.algorithm_kwargs`` checked against ``cls.params`` (unknown names and bad values
     are ValueErrors naming the algorithm), defaults filled in."""
-    given = dict(getattr(config, "algorithm_kwargs", None) or {})
-    unknown = sorted(set(given) - set(cls.params))
-    if unknown:
-        known = ", ".join(sorted(cls.params)) or "none"
-        raise ValueError(f"algorithm {cls.name!r} has no kwarg {unknown[0]!r} (its kwargs: {known})")
-    return {k: p.check(f"algorithm {cls.name!r}", k, given[k]) if k in given else p.default
-            for k, p in cls.params.items()}
+    return resolve_params(cls.params, getattr(config, "algorithm_kwargs", None), f"algorithm {cls.name!r}")

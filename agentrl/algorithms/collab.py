@@ -23,7 +23,7 @@ from agentrl.algorithms.base import Advantages, Algorithm, register_algorithm
 from agentrl.algorithms.collab_play import CollabPlay
 from agentrl.algorithms.role_steps import RoleSchedule, RoleSteps
 from agentrl.collab.context import RoleTokens
-from agentrl.collab.recipe import COLLAB_CREDITS, SOLO_CREDITS, check_config
+from agentrl.collab.recipe import COLLAB_CREDITS, PARAMS, SOLO_CREDITS, check_config
 from agentrl.collab.spec import CollabError
 from agentrl.credit.collab import RATING_TEMPLATE, VERIFIER_RANGE, CcpoState
 from agentrl.credit.collab_records import state_from_diagnostics
@@ -37,6 +37,8 @@ from agentrl.recipe_file import RecipeError
 class Collab(Algorithm):
     """Role-by-role collaborations; the credit module is one of ``COLLAB_CREDITS`` (module docstring)."""
 
+    params = PARAMS
+
     def check(self, cfg):
         """The recipe's collaboration (``check_config``), its errors as one-line RecipeErrors."""
         try:
@@ -49,12 +51,13 @@ class Collab(Algorithm):
         args = trainer.args
         self.collab = self.check(args)
         if self.collab is None:
-            raise RecipeError("the collab algorithm needs a collaboration (recipe key collab)")
+            raise RecipeError("the collab algorithm needs a collaboration (algorithm_kwargs: {collab: think_solve})")
         if len(self.collab.policies) > 1 and trainer.is_deepspeed_enabled:
             check_zero3(trainer.accelerator)
-        models = dict(args.collab_models or {})
+        kw = self.kwargs
+        models = dict(kw["models"] or {})
         if models and (trainer.accelerator.num_processes > 1 or trainer.is_deepspeed_enabled):
-            raise RecipeError("collab_models runs on one process (the role models are not wrapped for DDP or ZeRO-3)")
+            raise RecipeError("collab models run on one process (the role models are not wrapped for DDP or ZeRO-3)")
         role_models = {role: load_role_model(role, path, trainer) for role, path in models.items()}
         main = tuple(dict.fromkeys(r.policy for r in self.collab.roles if r.name not in role_models))
         if trainer.is_deepspeed_enabled and len(main) > 1:  # swaps on each rank's partitions
@@ -64,14 +67,14 @@ class Collab(Algorithm):
         self.policies = PolicyStore({r.name: r.policy for r in self.collab.roles}, swaps, role_models,
                                     trainer._turn_generate, trainer.processing_class, lambda: trainer.model)
         """Where each role's weights live (``agentrl.policies``)."""
-        self.schedule = RoleSchedule(self.collab.role_names, args.role_schedule, args.role_block_steps)
+        self.schedule = RoleSchedule(self.collab.role_names, kw["role_schedule"], kw["role_block_steps"])
         self.role_steps = (RoleSteps(len(self.collab.roles), args.steps_per_generation,
                                      args.gradient_accumulation_steps)
-                           if args.role_schedule == "both" and self.policies.separate else None)
+                           if kw["role_schedule"] == "both" and self.policies.separate else None)
         """Role-ordered optimizer steps (``both`` with separate policies), else None."""
         self.play = CollabPlay(self.collab, self.policies, need_solo=args.credit in SOLO_CREDITS,
                                need_ratings=args.credit == "sepo",
-                               rating_template=args.collab_rating_template or RATING_TEMPLATE,
+                               rating_template=kw["rating_template"] or RATING_TEMPLATE,
                                wrong_answer_reward=VERIFIER_RANGE[(args.env_kwargs or {}).get("scale", "01")][0])
 
     def advantages(self, trainer, episodes, records, state: CcpoState | None) -> tuple[Advantages, CcpoState]:

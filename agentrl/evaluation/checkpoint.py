@@ -187,19 +187,19 @@ def load_policy(checkpoint: str):
     return model, tok
 
 
-# Rollout settings: eval's name -> (AgentRLConfig key, default when the checkpoint has no record
-# of its training, CLI flag). max_new_tokens is training's max_completion_length.
-SETTINGS = {
-    "env_id": ("env_id", None, "--env"),
-    "env_kwargs": ("env_kwargs", {}, "--env-kwargs"),
-    "context_mode": ("context_mode", "window", "--context-mode"),
-    "history_length": ("history_length", 2, "--history-length"),
-    "prefill": ("prefill", "<action>", "--prefill"),
-    "max_new_tokens": ("max_completion_length", 64, "--max-new-tokens"),
-    "max_turns": ("max_turns", None, "--max-turns"),
-    "max_prompt_tokens": ("max_prompt_tokens", 2048, "--max-prompt-tokens"),
-    "stop_strings": ("stop_strings", None, "--stop-strings"),
-}
+def _settings_table() -> dict[str, tuple[str, Any, str]]:
+    """Rollout settings: eval's name -> (recipe key, default when the checkpoint has no record of its
+    training, CLI flag), for every key an episode depends on (``agentrl.recipe_keys.episode_keys``).
+    ``max_new_tokens`` is training's ``max_completion_length``; an unknown env must be given."""
+    from agentrl.recipe_keys import default_of, episode_keys
+
+    names = {"max_completion_length": "max_new_tokens"}
+    flags = {"env_id": "--env", "max_completion_length": "--max-new-tokens"}
+    return {names.get(k, k): (k, None if k == "env_id" else default_of(k), flags.get(k, "--" + k.replace("_", "-")))
+            for k in episode_keys() if k != "env_modules"}
+
+
+SETTINGS = _settings_table()
 
 
 @dataclass
@@ -292,7 +292,8 @@ def evaluate(
     import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
     from agentrl_envs.probe import probe_task
 
-    from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
+    from agentrl.config.build import rollout_settings
+    from agentrl.rollout import hf_generate_fn, run_episodes
 
     st = resolve_settings(checkpoint, env_id=env_id, env_kwargs=env_kwargs, context_mode=context_mode,
                           history_length=history_length, prefill=prefill, max_new_tokens=max_new_tokens,
@@ -327,10 +328,8 @@ def evaluate(
         generate = hf_generate_fn(model, tok, max_new_tokens=v["max_new_tokens"],
                                   temperature=temperature if temperature > 0 else 1.0,
                                   do_sample=temperature > 0)
-    rollout = RolloutSettings(env_id, env_kwargs=dict(v["env_kwargs"] or {}), context_mode=v["context_mode"],
-                              history_length=v["history_length"], max_turns=v["max_turns"],
-                              max_prompt_tokens=v["max_prompt_tokens"], prefill=v["prefill"],
-                              stop_strings=tuple(v["stop_strings"] or ()), progress=progress)
+    rollout = rollout_settings({key: v[name] for name, (key, _, _) in SETTINGS.items()}, env_id=env_id,
+                               progress=progress)
     if all_tasks is None:
         all_tasks = [{"seed": s, "options": options, "group_id": f"eval-{s}"} for s in seeds]
     else:

@@ -68,8 +68,9 @@ def _rollout(model_dir: str, s: HeldOutSettings, seed: int, repeats: int = 1, te
     greedy when ``temperature`` is None, else sampled at that temperature."""
     import torch
 
+    from agentrl.config.build import rollout_settings
     from agentrl.evaluation.checkpoint import load_policy
-    from agentrl.rollout import RolloutSettings, hf_generate_fn, run_episodes
+    from agentrl.rollout import hf_generate_fn, run_episodes
 
     torch.manual_seed(seed)
     model, tok = load_policy(str(model_dir))
@@ -82,11 +83,7 @@ def _rollout(model_dir: str, s: HeldOutSettings, seed: int, repeats: int = 1, te
         options["families"] = list(s.families)
     seeds = list(s.seeds) if s.seeds is not None else list(range(s.episodes))
     tasks = [{"seed": k, "options": options, "group_id": f"heldout-{k}"} for k in seeds for _ in range(repeats)]
-    rs = RolloutSettings(s.env_id, env_kwargs=s.env_kwargs, context_mode=s.context_mode,
-                         history_length=s.history_length, max_turns=s.max_turns,
-                         max_prompt_tokens=s.max_prompt_tokens, prefill=s.prefill,
-                         stop_strings=tuple(s.stop_strings))
-    return run_episodes(tasks, gen, tok, rs)
+    return run_episodes(tasks, gen, tok, rollout_settings(s))
 
 
 def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str, Any]:

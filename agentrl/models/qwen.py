@@ -111,3 +111,21 @@ def build_qwen_body(out_dir: str | Path, body: str, dtype: str = "bfloat16", see
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def cached_body(body: str, cuda: bool) -> Path:
+    """The model folder of ``body`` ('tiny': agentrl.models.tiny's test model; else ``BODIES``),
+    built once into ``$AGENTRL_CACHE/gpu_models/<body>``."""
+    import os
+
+    out = Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl")) / "gpu_models" / body
+    if (out / "config.json").is_file():
+        return out
+    if body == "tiny":
+        from agentrl.models.tiny import build_tiny_model
+
+        return build_tiny_model(out)
+    import torch
+
+    with torch.device("cuda" if cuda else "cpu"):  # a 7B random init takes minutes on a CPU
+        return build_qwen_body(out, body, dtype="bfloat16")

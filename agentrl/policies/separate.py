@@ -32,7 +32,9 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, GenerationConfig, Trainer
 from trl.trainer import add_fused_lm_head
-from trl.trainer.utils import create_model_from_path, pad
+from trl.trainer.utils import create_model_from_path
+
+from agentrl.rollout.generation import left_pad
 
 ROLE_MODELS_DIR = "role_models"
 
@@ -62,10 +64,7 @@ class RoleModel:
     def generate(self, prompts: list[list[int]]) -> list[list[int]]:
         """Sampled completions of ``prompts`` (token ids of this tokenizer), each cut after its first
         eos (kept, as TRL keeps it)."""
-        device = next(self.model.parameters()).device
-        p = [torch.tensor(x, dtype=torch.long) for x in prompts]
-        ids = pad(p, padding_value=self.tokenizer.pad_token_id, padding_side="left").to(device)
-        att = pad([torch.ones_like(t) for t in p], padding_value=0, padding_side="left").to(device)
+        ids, att = left_pad(prompts, self.tokenizer.pad_token_id, next(self.model.parameters()).device)
         if self.checkpointing is not None:
             self.model.gradient_checkpointing_disable()
         try:

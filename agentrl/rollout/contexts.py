@@ -21,26 +21,27 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentrl.registry import class_registrar
+from agentrl.rollout.episode import Episode, Slot
 from agentrl.rollout.prompts import TurnTemplate, chat_text, decode_response, encode
 
 if TYPE_CHECKING:
     from agentrl.rollout.env_batch import EnvBatch
-    from agentrl.rollout.episodes import Episode, Slot
     from agentrl.rollout.settings import RolloutSettings
 
 
 @dataclass
 class Row:
-    """One training row: what TRL's loss sees for one sequence."""
+    """One training row: one sequence of the update (``agentrl.rollout.rows.pack_rows`` packs the
+    prompt and completion from position 0)."""
 
     prompt: list[int]
-    """Prompt token ids (left-padded into the batch; no loss)."""
+    """Prompt token ids (no loss)."""
     completion: list[int]
-    """Completion token ids (right-padded into the batch)."""
+    """Completion token ids."""
     loss_mask: list[int]
-    """1 = the token is trained on, 0 = env token or filler (becomes TRL's ``tool_mask``)."""
+    """1 = the token is trained on, 0 = env token or filler."""
     adv: list[float]
-    """Advantage of each completion token (TRL's 2-D advantages)."""
+    """Advantage of each completion token."""
 
 
 _CONTEXTS: dict[str, type[Context]] = {}

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentrl_envs.actions import parse_action
 
 from agentrl.records import StepRecord
-from agentrl.rollout.contexts import Context, make_context
+from agentrl.rollout.contexts import make_context
 from agentrl.rollout.env_batch import EnvBatch, EnvFailure, InProcessEnvs
+from agentrl.rollout.episode import Episode, Slot
 from agentrl.rollout.prompts import chat_text, cut_at_stop, encode
 from agentrl.rollout.settings import RolloutSettings
 
@@ -85,49 +86,6 @@ class _TimedEnvs:
                 self._timing.env_s += time.perf_counter() - t0
 
         return timed
-
-
-@dataclass
-class Episode:
-    """One rollout. ``steps`` are the StepRecords credit modules consume."""
-
-    group_id: str
-    traj_id: str
-    steps: list[StepRecord] = field(default_factory=list)
-    won: bool = False
-    return_: float = 0.0
-    length: int = 0
-    truncated: bool = False
-    task_family: str | None = None
-    n_invalid: int = 0
-    error: str | None = None
-    """Why an env call or a prompt builder failed (the episode then ended failed + truncated)."""
-    seed: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    context: Context | None = field(default=None, repr=False, compare=False)
-    """The context that played it; ``context.rows(episode, advantages)`` gives its training rows."""
-    tokens: Any = None
-    """The context's per-episode state (``WindowTokens``, ``TrajectoryTokens``, ...)."""
-
-
-@dataclass
-class Slot:
-    """The rollout's view of one episode in progress (what contexts read and update)."""
-
-    i: int
-    """Index of the env in the env batch (= the task's index)."""
-    ep: Episode
-    obs: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
-    history: list[tuple[str, str]] = field(default_factory=list)
-    """(observation, action) pairs of the steps taken."""
-    t: int = 0
-    """Step index of the next action."""
-    turns: int = 0
-    """Turns generated for this slot in this call (0 = its first prompt is next)."""
-    active: bool = True
-    prompt: list[int] | None = None
-    """The prompt sent this turn."""
 
 
 def _record_info(info: dict[str, Any]) -> dict[str, Any]:

@@ -4,9 +4,7 @@ from agentrl.trainer.agent_trainer import (
     AgentGRPOTrainer,
     build_task_dataset,
     compute_credit,
-    credit_kwargs,
     credit_requirements,
 )
 
-__all__ = ["AgentGRPOTrainer", "build_task_dataset", "compute_credit", "credit_kwargs",
-           "credit_requirements"]
+__all__ = ["AgentGRPOTrainer", "build_task_dataset", "compute_credit", "credit_requirements"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from trl.models.utils import unwrap_model_for_generation
 
 from agentrl import losses
 from agentrl.algorithms import Advantages, Algorithm, for_config
-from agentrl.config import AgentRLConfig
+from agentrl.config import AgentRLConfig, credit_kwargs, rollout_settings
 from agentrl.losses import LossBatch
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
@@ -66,13 +66,6 @@ from agentrl.trainer.update import cudnn_attention, log_loss_metrics, loss_setti
 
 
 # ----------------------------------------------------------------------------------- credit glue
-def credit_kwargs(args: AgentRLConfig) -> dict[str, Any]:
-    """Keyword arguments passed to the credit module: ``gamma`` plus the recipe's credit_kwargs."""
-    kw = {"gamma": args.gamma}
-    kw.update(args.credit_kwargs or {})
-    return kw
-
-
 def credit_requirements(name: str, kw: dict[str, Any]) -> frozenset:
     from agentrl import credit
 
@@ -223,15 +216,11 @@ class AgentGRPOTrainer(GRPOTrainer):
 
     def rollout_settings(self, **overrides) -> RolloutSettings:
         """``RolloutSettings`` from the config (+ ``overrides``, any of its fields)."""
-        a = self.args
-        settings = RolloutSettings(
-            env_id=a.env_id, env_kwargs=dict(a.env_kwargs or {}), context_mode=a.context_mode,
-            history_length=a.history_length, max_turns=a.max_turns, max_prompt_tokens=a.max_prompt_tokens,
-            prefill=a.prefill, stop_strings=tuple(a.stop_strings or ()),
-            progress=self.accelerator.is_main_process and not a.disable_tqdm,
+        return rollout_settings(
+            self.args, progress=self.accelerator.is_main_process and not self.args.disable_tqdm,
             sync=self._sync if self.accelerator.num_processes > 1 else None, pad_batch=self.use_vllm,
-            fingerprints_after=self._fingerprints_after if self.need_fingerprint and self.use_vllm else None)
-        return replace(settings, **overrides)
+            fingerprints_after=self._fingerprints_after if self.need_fingerprint and self.use_vllm else None,
+            **overrides)
 
     def rollout(self, tasks: list[dict], generate=None, tokenizer=None, **overrides) -> list[Episode]:
         """Play ``tasks`` with the current policy (collective: all ranks call it together), or with

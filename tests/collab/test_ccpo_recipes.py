@@ -52,12 +52,14 @@ def test_paper_recipes_validate_with_table5(recipe):
     assert c.num_generations == 4 and c.per_device_train_batch_size * c.steps_per_generation == 256
     assert (c.max_grad_norm, c.beta) == (1.0, 0.0)
     assert (c.epsilon, c.epsilon_high) == ((3e-4, 4e-4) if gspo else (0.2, None))
-    assert (c.collab, c.role_schedule, c.role_block_steps) == ("think_solve", "blocks", 10)
-    assert c.collab_policies == ("lora" if "olmo3" in recipe.name else "full")
+    kw = c.algorithm_kwargs
+    assert c.algorithm == "collab" and (kw["collab"], kw["role_schedule"], kw["role_block_steps"]) == (
+        "think_solve", "blocks", 10)
+    assert kw["policies"] == ("lora" if "olmo3" in recipe.name else "full")
     assert c.credit_kwargs == ({"scale": "none"} if c.credit == "sepo" else {})  # else the module defaults
     assert c.importance_sampling_level == ("sequence" if gspo else "token")
     if recipe.name.startswith("t3_"):  # the heterogeneous pair: the Thinker on its own base model
-        assert c.collab_models == {"thinker": "allenai/Olmo-3-7B-Instruct"}
+        assert kw["models"] == {"thinker": "allenai/Olmo-3-7B-Instruct"}
         assert c.model_name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
     if c.credit == "sepo":
         assert c.env_kwargs["scale"] == "pm1"

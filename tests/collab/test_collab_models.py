@@ -129,9 +129,9 @@ def test_sepo_ratings_use_each_roles_model(tmp_path, collab_model_dir, collab_ot
 
 
 @pytest.mark.parametrize("kw, needle", [
-    (dict(collab_models={"critic": "x"}, collab_policies="full"), "collab_models names role 'critic'; the roles are thinker, solver"),
+    (dict(collab_models={"critic": "x"}, collab_policies="full"), "collab models name role 'critic'; the roles are thinker, solver"),
     (dict(collab_models={"thinker": "x", "solver": "y"}, collab_policies="full"), "leave one role on model_name_or_path"),
-    (dict(collab_models={"thinker": "x"}, collab_policies="shared"), "set collab_policies: full (every weight)"),
+    (dict(collab_models={"thinker": "x"}, collab_policies="shared"), "set policies: full (every weight)"),
     (dict(collab_models={"thinker": "x"}, collab_policies="full", role_schedule="both", steps_per_generation=2,
           per_device_train_batch_size=4), "set role_schedule: blocks"),
     (dict(collab_models={"thinker": "x"}, collab_policies="full", beta=0.01), "set beta: 0"),

@@ -28,9 +28,21 @@ BASE = dict(env_id="agentrl-test/ParityMath-v0", env_modules=["parity_math"], ta
             bf16=False, report_to="none", use_cpu=True, seed=0, disable_tqdm=True)
 
 
+def as_algorithm_kwargs(d: dict) -> dict:
+    """The tests' short collab keys (``collab_policies=...``: the old top-level names) as the
+    recipe writes them now: ``algorithm: collab`` and its ``algorithm_kwargs``."""
+    from agentrl.collab.recipe import OLD_KEYS
+
+    d = dict(d)
+    kw = {OLD_KEYS[k]: d.pop(k) for k in list(d) if k in OLD_KEYS}
+    if kw:
+        d["algorithm"] = "collab"
+        d["algorithm_kwargs"] = {**(d.get("algorithm_kwargs") or {}), **kw}
+    return d
+
+
 def make_cfg(tmp_path, model_dir, name="out", **kw):
-    d = dict(BASE, model_name_or_path=model_dir, output_dir=str(tmp_path / name))
-    d.update(kw)
+    d = as_algorithm_kwargs(dict(BASE, model_name_or_path=model_dir, output_dir=str(tmp_path / name), **kw))
     rec = tmp_path / f"{name}.yaml"
     rec.write_text(yaml.safe_dump(d))
     return load_recipe(str(rec), [])
@@ -184,7 +196,8 @@ def test_resume_continues_schedule_and_ccpo_state(tmp_path, collab_model_dir, po
 
 
 @pytest.mark.parametrize("kw, needle", [
-    (dict(collab=None), "credit 'ccpo' credits the roles of a collaboration"),
+    (dict(collab=None), "credit 'ccpo' credits the roles of a collaboration: set algorithm: collab, "
+                        "algorithm_kwargs: {collab: think_solve}"),
     (dict(collab_policies="lora"), "set use_peft: true"),
     (dict(credit="sepo"), "set env_kwargs: {scale: pm1}"),
     (dict(collab_policies="full", role_schedule="both"), "steps_per_generation (1) must be a multiple of "
@@ -193,7 +206,7 @@ def test_resume_continues_schedule_and_ccpo_state(tmp_path, collab_model_dir, po
           save_strategy="steps", save_steps=3), "save_steps (3) must be a multiple of the optimizer steps per rollout (2)"),
     (dict(role_block_steps=3, steps_per_generation=2, per_device_train_batch_size=4), "must be a multiple of the optimizer steps"),
     (dict(collab="three_roles"), "not a built-in collaboration"),
-    (dict(collab_policies="two"), "collab_policies must be one of shared, lora, full"),
+    (dict(collab_policies="two"), "algorithm 'collab': kwarg policies='two' must be one of 'shared', 'lora', 'full'"),
     (dict(credit="grpo"), "credit must be one of shared, ccpo, ccpo_bonus, sepo"),
     (dict(credit="ccpo_bonus"), "credit 'ccpo_bonus' on 01 rewards (0 wrong, 1 right) never fires at threshold 0: "
                                 "set credit_kwargs: {threshold: 0.5}"),
@@ -216,3 +229,26 @@ def test_other_credit_modules_train(tmp_path, collab_model_dir, credit_name):
     parts = Counter((r.info["role"], r.info["part"]) for r in tr.last_rollout["records"])
     solo = {("solver", "solo"): 8} if credit_name == "ccpo_bonus" else {}
     assert parts == {("thinker", "joint"): 8, ("solver", "joint"): 8, **solo}
+
+
+def test_older_recipes_collab_keys_are_read_as_the_algorithms_kwargs(tmp_path, collab_model_dir, capsys):
+    # the top-level keys of older recipes give the same config as algorithm: collab with its kwargs,
+    # with one line saying so (the command line's spelling too)
+    new = make_cfg(tmp_path, collab_model_dir, name="new", collab_policies="full", role_schedule="blocks")
+    rec = tmp_path / "old.yaml"
+    rec.write_text(yaml.safe_dump(dict(BASE, model_name_or_path=collab_model_dir, output_dir=str(tmp_path / "old"),
+                                       collab_policies="full")))
+    capsys.readouterr()
+    old = load_recipe(str(rec), ["--role_schedule", "blocks"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["agentrl: note: collab, collab_policies, role_block_steps, role_schedule are now kwargs of "
+                   "algorithm: collab (algorithm_kwargs: collab, policies, role_block_steps, role_schedule); "
+                   "read as such"]
+    assert (old.algorithm, old.algorithm_kwargs) == (new.algorithm, new.algorithm_kwargs) == (
+        "collab", {"collab": "think_solve", "role_block_steps": 2, "policies": "full", "role_schedule": "blocks"})
+    credit_only = tmp_path / "credit.yaml"  # a collaboration credit without a collaboration
+    credit_only.write_text(yaml.safe_dump(dict(model_name_or_path=collab_model_dir, env_id=BASE["env_id"],
+                                               env_modules=BASE["env_modules"], credit="ccpo",
+                                               output_dir=str(tmp_path / "c"))))
+    with pytest.raises(RecipeError, match="credit 'ccpo' credits the roles of a collaboration: set algorithm: collab"):
+        load_recipe(str(credit_only), [])

@@ -85,3 +85,40 @@ def test_algorithm_kwargs_are_checked_against_the_declared_params():
         Tempered(_cfg(algorithm_kwargs={"temp": 2}))
     with pytest.raises(ValueError, match=r"algorithm 'tempered': kwarg temperature=-1.0 must be >= 0.0"):
         Tempered(_cfg(algorithm_kwargs={"temperature": -1}))
+
+
+def test_a_new_algorithm_with_its_own_loss_is_one_file_and_a_recipe(tmp_path, tiny_model_dir, monkeypatch):
+    # tests/fixtures/plugins/sign_pg.py registers the algorithm and its loss; the recipe names them
+    from pathlib import Path
+
+    import torch
+
+    from agentrl.config import load_recipe
+    from agentrl.train import build_trainer
+    from agentrl.trainer.logprobs import completion_logps
+
+    plugins = Path(__file__).resolve().parent.parent / "fixtures" / "plugins"
+    monkeypatch.syspath_prepend(str(plugins))
+    cfg = load_recipe(str(plugins / "sign_pg.yaml"), ["--model_name_or_path", tiny_model_dir,
+                                                        "--output_dir", str(tmp_path / "out")])
+    tr = build_trainer(cfg)
+    assert type(tr.algorithm).__name__ == "SignPG" and tr.loss_name == "sign_pg"
+    assert tr.loss_options == {"scale": 0.5}
+    before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+    tr.train()
+    assert any(not torch.equal(before[n], p) for n, p in tr.model.named_parameters())
+    # its loss through the trainer on a hand-built micro-batch: -0.5 * sum(sign(A) logp mask) / tokens,
+    # tokens = the 3 loss tokens (1 process, one micro-step per optimizer step)
+    from agentrl.rollout.contexts import Row
+    from agentrl.rollout.rows import pack_rows
+
+    mb = pack_rows([Row([5, 6], [8, 9], [1, 1], [0.7, 0.7]), Row([7], [11, 12], [1, 0], [-0.2, -0.2])],
+                   tr.processing_class.pad_token_id)
+    mb["num_items_in_batch"] = torch.tensor(3.0)
+    tr.model.train()
+    with torch.no_grad():
+        logp = completion_logps(tr.model, mb)[0]
+        got = tr._compute_loss(tr.model, mb)
+    want = -0.5 * (logp[0, 0] + logp[0, 1] - logp[1, 0]) / 3
+    assert got.item() == pytest.approx(want.item(), rel=1e-6)
+    assert "sign_pg/positive" in {k for h in tr.state.log_history for k in h}

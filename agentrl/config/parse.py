@@ -1,0 +1,169 @@
+"""A recipe file and command-line overrides -> ``AgentRLConfig``, then ``validate_config``.
+
+A recipe is a YAML mapping of config keys (TrlParser format: any GRPOConfig/TrainingArguments
+key, agentrl's keys of ``agentrl.config.schema``, and an optional ``env:`` mapping of environment
+variables). CLI ``--key value`` overrides win over the recipe. ``load_recipe`` raises
+``RecipeError`` (one line, naming the valid choices) on bad input.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import sys
+import warnings
+from typing import Any
+
+from agentrl.recipe_file import RecipeError, apply_recipe_env, first_line, read_recipe_file
+from agentrl.recipe_keys import agent_defaults, json_keys
+
+from .schema import AgentRLConfig, config_keys
+from .validate import validate_config
+
+_NEGATIVE_NUMBER = re.compile(r"^-(\d|\.\d|inf$|nan$)")
+
+
+def join_negative_values(overrides: list[str]) -> list[str]:
+    """``--learning_rate -1e-4`` -> ``--learning_rate=-1e-4``: argparse takes a token starting with
+    '-' for an option unless it looks like a plain negative integer or decimal (not ``-1e-4``)."""
+    out, i = [], 0
+    while i < len(overrides):
+        tok = overrides[i]
+        nxt = overrides[i + 1] if i + 1 < len(overrides) else None
+        if tok.startswith("--") and "=" not in tok and nxt is not None and _NEGATIVE_NUMBER.match(nxt):
+            out.append(f"{tok}={nxt}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
+def _unknown_key_error(key: str, where: str) -> RecipeError:
+    key = str(key)
+    close = difflib.get_close_matches(key, sorted(config_keys()), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; see `agentrl train --help`"
+    return RecipeError(f"unknown config key {key!r} in {where}{hint}")
+
+
+def _key(tok: str) -> str:
+    return tok[2:].split("=", 1)[0].replace("-", "_")  # TrlParser takes --learning-rate too
+
+
+def _split_overrides(overrides: list[str]) -> list[tuple[str, str | None]]:
+    """``--key value`` / ``--key=value`` / ``--flag`` tokens as (key, value or None)."""
+    out, i = [], 0
+    while i < len(overrides):
+        tok = overrides[i]
+        if "=" in tok:
+            out.append((_key(tok), tok.split("=", 1)[1]))
+        elif i + 1 < len(overrides) and not overrides[i + 1].startswith("--"):
+            out.append((_key(tok), overrides[i + 1]))
+            i += 1
+        else:
+            out.append((_key(tok), None))
+        i += 1
+    return out
+
+
+def upgrade_old_keys(data: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[str], str | None]:
+    """Older recipes' collaboration keys (top level, or ``--key value`` on the command line) become
+    the collab algorithm's kwargs; returns (recipe, overrides, a one-line notice or None)."""
+    import yaml
+
+    from agentrl.collab.recipe import OLD_KEYS
+
+    kwargs = dict(data.get("algorithm_kwargs") or {})
+    found = [k for k in OLD_KEYS if k in data]
+    for k in found:
+        kwargs[OLD_KEYS[k]] = data.pop(k)
+    rest = []
+    for k, v in _split_overrides(overrides):
+        if k in OLD_KEYS:
+            kwargs[OLD_KEYS[k]] = yaml.safe_load(v) if v is not None else None
+            found.append(k)
+        elif k == "algorithm_kwargs" and v is not None:
+            kwargs.update(_json_mapping(v, k))
+        else:
+            rest += [f"--{k}"] + ([v] if v is not None else [])
+    if not found:
+        return data, overrides, None
+    data = {**data, "algorithm_kwargs": kwargs}
+    data.setdefault("algorithm", "collab")
+    names = ", ".join(dict.fromkeys(found))
+    return data, rest, (f"note: {names} {'is' if len(set(found)) == 1 else 'are'} now kwargs of algorithm: collab "
+                        f"(algorithm_kwargs: {', '.join(OLD_KEYS[k] for k in dict.fromkeys(found))}); read as such")
+
+
+def _json_mapping(v: str, key: str) -> dict[str, Any]:
+    try:
+        d = json.loads(v) if v.strip() else {}
+    except json.JSONDecodeError as e:
+        raise RecipeError(f"{key} must be a mapping or a JSON object string ({e.msg})") from None
+    if not isinstance(d, dict):
+        raise RecipeError(f"{key} must be a mapping, got {type(d).__name__}")
+    return d
+
+
+def _check_keys(data: dict[str, Any], overrides: list[str], path: str | None) -> None:
+    keys = config_keys()
+    for k in data:
+        if k not in keys:
+            raise _unknown_key_error(k, path or "recipe")
+    for tok in overrides:
+        if tok.startswith("--"):
+            k = _key(tok)
+            if k not in keys and not (k.startswith("no_") and k[3:] in keys):
+                raise _unknown_key_error(k, "command line")
+
+
+def _parse(data: dict[str, Any], overrides: list[str]) -> AgentRLConfig:
+    """TrlParser over the recipe (as defaults) and the overrides; its errors as RecipeErrors."""
+    from trl import TrlParser
+
+    parser = TrlParser([AgentRLConfig])
+
+    def _error(message: str):
+        raise RecipeError(message.splitlines()[0])
+
+    parser.error = _error  # argparse would print usage and sys.exit(2)
+    try:
+        with warnings.catch_warnings():
+            # transformers 5 renames gradient_checkpointing; TRL's docs and recipes still use it
+            warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
+            parser.set_defaults_with_config(**data)
+            (cfg,) = parser.parse_args_into_dataclasses(args=overrides)
+    except RecipeError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise RecipeError(first_line(e)) from None
+    return cfg
+
+
+def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRLConfig:
+    """Parse ``path`` (YAML) + CLI ``overrides`` into a validated AgentRLConfig; RecipeError on bad input."""
+    overrides = join_negative_values(list(overrides or []))
+    data: dict[str, Any] = read_recipe_file(path) if path is not None else {}
+    apply_recipe_env(data)  # a no-op when the entry point already applied it before importing torch
+    if "OMP_NUM_THREADS" in os.environ and os.environ["OMP_NUM_THREADS"].isdigit():
+        import torch  # already imported by trl; it read OMP_NUM_THREADS only if set before that
+
+        torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
+    data, overrides, notice = upgrade_old_keys(data, overrides)
+    _check_keys(data, overrides, path)
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    for k, v in agent_defaults().items():
+        data.setdefault(k, v)
+    for k in json_keys():  # mappings go through argparse as strings; pass them as JSON so both paths agree
+        if isinstance(data.get(k), dict):
+            data[k] = json.dumps(data[k])
+    cfg = _parse(data, overrides)
+    given = set(data) | {_key(t) for t in overrides if t.startswith("--")}
+    cfg.recipe_keys = sorted(k for k in given if k in config_keys())  # what runinfo.resolved_recipe writes back
+    validate_config(cfg)
+    if notice and os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"agentrl: {notice}", file=sys.stderr)
+    return cfg

@@ -1,0 +1,177 @@
+"""Checks of a parsed config that need other modules: env registry and one env reset (bad
+env_kwargs or reset options fail here, once), context, credit module and its kwargs, the
+algorithm and its policy loss, the model folder, vLLM. ``validate_config`` runs them all; each
+raises ``RecipeError`` (one line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from agentrl_envs.probe import probe_task
+
+from agentrl.recipe_file import RecipeError, first_line
+
+from .build import credit_kwargs
+from .schema import AgentRLConfig
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _import_env_modules(modules) -> None:
+    import importlib
+
+    import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
+
+    for m in modules or []:
+        try:
+            importlib.import_module(m)
+        except ImportError as e:
+            raise RecipeError(f"env_modules: cannot import {m!r} ({e})") from None
+
+
+def validate_env(env_id: str, env_modules=None) -> None:
+    from agentrl_envs.probe import check_env_id
+
+    _import_env_modules(env_modules)
+    try:
+        check_env_id(env_id)
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
+
+
+_CHECKED_TASKS: set[str] = set()
+
+
+def validate_tasks(cfg: AgentRLConfig) -> None:
+    """Make the env and reset it on the first training task: bad env_kwargs or reset options
+    (split, families) fail here, once, instead of turning every episode into an env error.
+    A combination that passed is remembered for the process (checking many recipes resets
+    ALFWorld, 2-3 s a reset, once per distinct setting)."""
+    key = json.dumps([cfg.env_id, cfg.env_kwargs, cfg.reset_options(), cfg.task_seed_start],
+                     sort_keys=True, default=str)
+    if key in _CHECKED_TASKS:
+        return
+    try:
+        probe_task(cfg.env_id, cfg.env_kwargs, cfg.task_seed_start, cfg.reset_options())
+    except ValueError as e:
+        raise RecipeError(str(e)) from None
+    _CHECKED_TASKS.add(key)
+
+
+def validate_context(name: str) -> None:
+    """A registered context name (``agentrl.rollout.contexts``; a recipe's env_modules, imported
+    by ``validate_env`` before this runs, may register more)."""
+    from agentrl.rollout.contexts import context_names
+
+    if name not in context_names():
+        raise RecipeError(f"context_mode must be one of {context_names()}, got {name!r}")
+
+
+def validate_credit(name: str, kwargs: dict) -> None:
+    """agentrl.credit.validate with the kwargs the trainer will pass (gamma + credit_kwargs)."""
+    from agentrl import credit as credit_mod
+
+    try:
+        credit_mod.validate(name, **kwargs)
+    except (ValueError, TypeError, KeyError) as e:
+        raise RecipeError(f"credit {name!r}: {first_line(e)}") from None
+
+
+def validate_algorithm(cfg: AgentRLConfig) -> None:
+    """Settings the recipe's algorithm cannot run with (``agentrl.algorithms``: APPO's context and
+    reference model, a collaboration's keys, credit module, env and policies)."""
+    from agentrl import algorithms
+
+    algorithms.check(cfg)
+
+
+# GRPOConfig features our losses (agentrl.losses) do not implement: (key, is it in use?, why).
+_LOSS_UNSUPPORTED = [
+    ("top_entropy_quantile", lambda c: c.top_entropy_quantile != 1.0, "the high-entropy token mask"),
+    ("entropy_coef", lambda c: c.entropy_coef != 0.0 or c.use_adaptive_entropy, "the entropy bonus"),
+    ("off_policy_mask_threshold", lambda c: c.off_policy_mask_threshold is not None, "the off-policy sequence mask"),
+    ("use_liger_kernel", lambda c: bool(c.use_liger_kernel), "Liger's fused GRPO loss"),
+]
+
+
+def validate_loss(cfg: AgentRLConfig) -> None:
+    """The algorithm's policy loss is registered (``agentrl.losses``) and the recipe asks for no
+    TRL loss feature agentrl's losses leave out."""
+    from agentrl import algorithms, losses
+
+    name, _ = algorithms.for_config(cfg).loss(cfg)
+    if name not in losses.policy_loss_names():
+        raise RecipeError(f"loss_type {name!r} is not a registered policy loss; registered: "
+                          f"{', '.join(losses.policy_loss_names())}")
+    for key, used, what in _LOSS_UNSUPPORTED:
+        if used(cfg):
+            raise RecipeError(f"{key}: {what} is not implemented by agentrl's policy losses; leave {key} at "
+                              "its default")
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # a malformed id or an unreadable cache: not cached
+        return False
+
+
+def validate_model(path: str) -> None:
+    from agentrl.models.registry import EMBEDDED_MODELS
+
+    if not isinstance(path, str) or not path.strip():
+        raise RecipeError("model_name_or_path must be set (a local folder, an embedded model "
+                          f"({', '.join(EMBEDDED_MODELS)}) or a hub id)")
+    if path in EMBEDDED_MODELS:
+        return
+    p = Path(path).expanduser()
+    looks_local = path.startswith(("/", ".", "~")) or os.sep in path and not _HUB_ID.match(path)
+    if p.exists():
+        if not p.is_dir():
+            raise RecipeError(f"model_name_or_path {path} is a file, not a model folder")
+        if not (p / "config.json").is_file():
+            raise RecipeError(f"model folder {path} has no config.json")
+        return
+    if looks_local:
+        raise RecipeError(f"model folder not found: {path} (model_name_or_path)")
+    if not _HUB_ID.match(path):
+        raise RecipeError(f"model_name_or_path {path!r} is neither a local folder, an embedded model "
+                          f"({', '.join(EMBEDDED_MODELS)}) nor a hub id")
+    if p.parent != Path(".") and p.parent.is_dir():
+        # "runs/tiny_model" looks like a hub id, but its folder "runs/" exists here: a missing
+        # local folder (a real hub id's owner, e.g. "Qwen/", is not a local folder)
+        raise RecipeError(f"model folder not found: {path} (model_name_or_path)")
+    if _offline() and not _in_hub_cache(path):
+        raise RecipeError(f"model folder not found: {path} (model_name_or_path; not a local folder, and "
+                          "not in the Hugging Face cache while HF_HUB_OFFLINE is set)")
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def validate_config(cfg: AgentRLConfig) -> None:
+    """Checks that need other modules (env registry, credit modules, model folders, vLLM)."""
+    validate_env(cfg.env_id, cfg.env_modules)
+    validate_context(cfg.context_mode)
+    validate_tasks(cfg)
+    validate_credit(cfg.credit, credit_kwargs(cfg))
+    validate_algorithm(cfg)
+    validate_loss(cfg)
+    validate_model(cfg.model_name_or_path)
+    if cfg.use_vllm and not vllm_available():
+        raise RecipeError("use_vllm: true needs vllm (pip install 'agentrl[vllm]' on a CUDA machine); "
+                          "set use_vllm: false to generate with transformers")
+    if cfg.use_vllm and cfg.vllm_mode not in ("server", "colocate"):
+        raise RecipeError(f"vllm_mode must be 'server' or 'colocate', got {cfg.vllm_mode!r}")
