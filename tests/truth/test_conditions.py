@@ -77,15 +77,16 @@ def test_paired_cosine_differences_by_hand():
     + 2)). rtmc - grpo = (0.3, 0.31, 0.29): s.e. 0.01 / sqrt 3, t = 30 sqrt 3 = 51.96, p = 1 -
     51.96 / sqrt(2702) = 3.7e-4. salt = grpo: 0 +- 0, p = 1. Holm over 3: rtmc 3p = 0.0011
     (better), gigpo max(0.0011, 2 x 0.0572) = 0.114 (not resolved, though a normal p would give
-    6e-5), salt 1."""
+    6e-5), salt 1. appo differs from grpo by rounding only: 0 +- 0 too, not a resolved difference.
+    (Holm's m is 4 with appo: rtmc 4p, gigpo 3p.)"""
     per = _seeds({"grpo": [0.4, 0.5, 0.6], "gigpo": [0.5, 0.6, 0.8], "rtmc": [0.7, 0.81, 0.89],
-                  "salt": [0.4, 0.5, 0.6]})
-    d = paired_cos_diffs(per, ["grpo", "gigpo", "rtmc", "salt"], 8)
+                  "salt": [0.4, 0.5, 0.6], "appo": [0.4 + 1e-16, 0.5 + 2e-16, 0.6 - 1e-16]})
+    d = paired_cos_diffs(per, ["grpo", "gigpo", "rtmc", "salt", "appo"], 8)
     assert d["gigpo"]["mean"] == pytest.approx(2 / 15) and d["gigpo"]["se"] == pytest.approx(1 / 30)
     p_gigpo, p_rtmc = 1 - 4 / math.sqrt(18), 1 - 30 * math.sqrt(3) / math.sqrt(2702)
-    assert d["rtmc"]["p_holm"] == pytest.approx(3 * p_rtmc) and d["rtmc"]["verdict"] == "better"
-    assert d["gigpo"]["p_holm"] == pytest.approx(2 * p_gigpo) and d["gigpo"]["verdict"] == "not resolved"
-    assert d["salt"] == {"mean": 0.0, "se": 0.0, "verdict": "not resolved", "p_holm": 1.0}
+    assert d["rtmc"]["p_holm"] == pytest.approx(4 * p_rtmc) and d["rtmc"]["verdict"] == "better"
+    assert d["gigpo"]["p_holm"] == pytest.approx(3 * p_gigpo) and d["gigpo"]["verdict"] == "not resolved"
+    assert d["salt"] == d["appo"] == {"mean": 0.0, "se": 0.0, "verdict": "not resolved", "p_holm": 1.0}
 
 
 def test_discount_mismatch_pairs_a_label_with_its_gamma_free_twin():
