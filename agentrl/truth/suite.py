@@ -137,7 +137,7 @@ def _race_job(args: tuple) -> tuple[str, str, int, dict[str, Any]]:
 
 
 def _map(fn, jobs: list, workers: int) -> list:
-    if workers == 1 or len(jobs) == 1:
+    if workers == 1 or len(jobs) <= 1:  # none: no race asked for
         return [fn(j) for j in jobs]
     with mp.get_context("fork").Pool(min(workers, len(jobs))) as pool:
         return list(pool.imap(fn, jobs, chunksize=1))

@@ -64,6 +64,10 @@ def test_a_sweep_from_the_command_line(tmp_path, capsys):
     md = (out / "truth.md").read_text()
     assert "Knobs every condition shares: `recurrence=0.8 invalid=0 distractors=0`" in md
     assert "| gigpo | " in md and "Race on `step_reward=0.2`" in md
+    # scores only: no race asked for (two processes, none of them needed)
+    assert truth_main([*argv, "--force", "--race-families", "", "--workers", "2"]) == 0
+    res = json.loads((out / "truth.json").read_text())
+    assert res["race"] == {"tabular": {}} and list(res["scores"]["tabular"]) == labels
 
 
 def _seeds(cos: dict[str, list[float]]) -> list[SeedScores]:
