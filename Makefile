@@ -26,7 +26,7 @@ help:
 	@echo "make setup  - venv + CPU torch + agentrl[$(EXTRAS)] + system packages (idempotent)"
 	@echo "make lint   - ruff"
 	@echo "make truth  - credit estimators scored against exact advantages/gradients on finite MDPs, tabular and log-linear policy, + 100-seed races (runs/truth, ~8 min)"
-	@echo "make truth-factorial - which MDP property makes each estimator beat GRPO: docs/results/truth_factorial.md (runs/truth-factorial, ~3 min)"
+	@echo "make truth-factorial - which MDP property makes each estimator beat GRPO: docs/results/truth_factorial.md (runs/truth-factorial, ~2 min)"
 	@echo "make bench  - credit-module (100k records, one core) and env latency benchmarks"
 	@echo "make repro-bipace|repro-salt|repro-rtmc [SEEDS='0 1 2'] [VLLM=1] - the papers' GPU runs"
 	@echo "make repro-bipace-cpu|repro-salt-cpu|repro-rtmc-cpu - SmolLM2 CPU subsets (minutes)"
@@ -101,7 +101,7 @@ truth: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.truth --out runs/truth --force $(TRUTH_ARGS)
 
 # docs/results/truth_factorial.md: recurrence x invalid action x reward density, then one knob at a
-# time on the goal-reward-only MDP (scores only; about 3 minutes on 2 idle cores).
+# time on the goal-reward-only MDP (scores only; about 2 minutes on 2 cores).
 TRUTH_F_EST := grpo,rloo,gigpo,gigpo:norm=mean,gigpo:gamma=0.95,bigpo,bipace_q,bipace_q:gamma=0.95,hgpo,hgpo_pairs,rtmc,salt
 TRUTH_F_ARGS := --estimators $(TRUTH_F_EST) --seeds 16 --batches 20 --Gs 8 --race-families '' --force
 TRUTH_F_BASE := distractors=0,trap=0
