@@ -170,7 +170,7 @@ def aggregate_scores(per_seed: list[SeedScores], labels: list[str], Gs: tuple[in
 
 def _paired(per_seed: list[SeedScores], a: str, b: str, G: int) -> tuple[float | None, float | None]:
     """Mean +- s.e. over MDP seeds of cos(a) - cos(b), both on the same batches of each seed. A
-    difference below 1e-12 is rounding (APPO's advantages are GRPO's, summed in another order) and
+    difference below 1e-12 is rounding (SALT's gradient is GRPO's, summed in another order) and
     counts as 0, so that it cannot be a resolved one."""
     return mean_se([d if abs(d) > 1e-12 else 0.0 for s in per_seed for d in [s.cos[(G, a)] - s.cos[(G, b)]]])
 

@@ -81,7 +81,8 @@ def test_paired_cosine_differences_by_hand():
     + 2)). rtmc - grpo = (0.3, 0.31, 0.29): s.e. 0.01 / sqrt 3, t = 30 sqrt 3 = 51.96, p = 1 -
     51.96 / sqrt(2702) = 3.7e-4. salt = grpo: 0 +- 0, p = 1. Holm over 3: rtmc 3p = 0.0011
     (better), gigpo max(0.0011, 2 x 0.0572) = 0.114 (not resolved, though a normal p would give
-    6e-5), salt 1. appo differs from grpo by rounding only: 0 +- 0 too, not a resolved difference.
+    6e-5), salt 1. A copy of grpo up to rounding ("appo" here) reads 0 +- 0 too, not a resolved
+    difference.
     (Holm's m is 4 with appo: rtmc 4p, gigpo 3p.)"""
     per = _seeds({"grpo": [0.4, 0.5, 0.6], "gigpo": [0.5, 0.6, 0.8], "rtmc": [0.7, 0.81, 0.89],
                   "salt": [0.4, 0.5, 0.6], "appo": [0.4 + 1e-16, 0.5 + 2e-16, 0.6 - 1e-16]})
