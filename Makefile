@@ -16,7 +16,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: gpu-check gpu-wheels truth setup demo demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
+.PHONY: gpu-check gpu-wheels truth truth-factorial setup demo demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
 	repro-bipace repro-salt repro-rtmc repro-bipace-cpu repro-salt-cpu repro-rtmc-cpu
 
 help:
@@ -25,7 +25,8 @@ help:
 	@echo "make arena  - credit modules raced on the demo task from one warm start, 3 seeds, on the demo's practised goals (runs/arena, ~35-50 min)"
 	@echo "make setup  - venv + CPU torch + agentrl[$(EXTRAS)] + system packages (idempotent)"
 	@echo "make lint   - ruff"
-	@echo "make truth  - credit estimators scored against exact advantages/gradients on finite MDPs + 100-seed race (runs/truth, ~4 min)"
+	@echo "make truth  - credit estimators scored against exact advantages/gradients on finite MDPs, tabular and log-linear policy, + 100-seed races (runs/truth, ~8 min)"
+	@echo "make truth-factorial - which MDP property makes each estimator beat GRPO: docs/results/truth_factorial.md (runs/truth-factorial, ~2 min)"
 	@echo "make bench  - credit-module (100k records, one core) and env latency benchmarks"
 	@echo "make gpu-check - on a CUDA machine: the card's recipe shapes checked and timed (docs/results/gpu.md)"
 	@echo "make gpu-wheels - the wheels a CUDA machine without a registry needs (.gpu-wheels/; then scripts/gpu_check.sh there)"
@@ -94,11 +95,27 @@ test-fast: setup
 test-alfworld-native: setup
 	AGENTRL_ALFWORLD_FULL=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/envs/test_alfworld_native.py
 
-# Credit scored against exact advantages and policy gradients on finite MDPs, and a 100-seed
-# learning race (agentrl/truth; about 4 minutes on 2 idle cores). TRUTH_ARGS adds flags.
+# Credit scored against exact advantages and policy gradients on finite MDPs under a tabular and a
+# log-linear policy, and a 100-seed learning race under each (agentrl/truth; about 8 minutes on
+# 2 idle cores). TRUTH_ARGS adds flags.
 TRUTH_ARGS ?=
 truth: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.truth --out runs/truth --force $(TRUTH_ARGS)
+
+# docs/results/truth_factorial.md: recurrence x invalid action x reward density, then one knob at a
+# time on the goal-reward-only MDP (scores only; about 2 minutes on 2 cores).
+TRUTH_F_EST := grpo,rloo,gigpo,gigpo:norm=mean,gigpo:gamma=0.95,bigpo,bipace_q,bipace_q:gamma=0.95,hgpo,hgpo_pairs,rtmc,salt
+TRUTH_F_ARGS := --estimators $(TRUTH_F_EST) --seeds 16 --batches 20 --Gs 8 --race-families '' --force
+TRUTH_F_BASE := distractors=0,trap=0
+truth-factorial: setup
+	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.truth --out runs/truth-factorial $(TRUTH_F_ARGS) \
+	  --knobs $(TRUTH_F_BASE),invalid=0 --knobs $(TRUTH_F_BASE),invalid=1,penalty=0.1 \
+	  --sweep recurrence=0,0.8 --sweep step_reward=0,0.2
+	OMP_NUM_THREADS=1 $(BIN)/python -m agentrl.truth --out runs/truth-one-at-a-time $(TRUTH_F_ARGS) \
+	  --knobs $(TRUTH_F_BASE),recurrence=0.8,invalid=0 --knobs $(TRUTH_F_BASE),recurrence=0.8,invalid=0,slip=0.2 \
+	  --knobs $(TRUTH_F_BASE),recurrence=0.8,invalid=0,alias=0.5 \
+	  --knobs $(TRUTH_F_BASE),recurrence=0.8,invalid=0,noise_words=0.5 \
+	  --knobs $(TRUTH_F_BASE),recurrence=0.8,invalid=1,penalty=0 --knobs $(TRUTH_F_BASE),recurrence=0,invalid=1,penalty=0
 
 lint: setup
 	$(BIN)/ruff check agentrl envs tests

@@ -29,7 +29,13 @@ class TabularPolicy:
         return cls(scale * rng.standard_normal((mdp.n_states, mdp.n_actions)), float(temperature))
 
     @property
+    def params(self) -> np.ndarray:
+        """What a policy-gradient step updates (in place)."""
+        return self.logits
+
+    @property
     def probs(self) -> np.ndarray:
+        """(S, A) pi(a|s); also what the sampler draws from (``act_probs``)."""
         z = self.logits / self.temperature
         z = z - z.max(axis=1, keepdims=True)
         e = np.exp(z)
@@ -45,6 +51,19 @@ class TabularPolicy:
         g -= w_by_state[:, None] * pi
         return g / self.temperature
 
+    def score_sample(self, smp, weights: np.ndarray) -> np.ndarray:
+        """:meth:`score` of a ``sample.Sample``'s records."""
+        return self.score(smp.s, smp.a, weights)
+
+    @property
+    def act_probs(self) -> np.ndarray:
+        return self.probs
+
+    def exact_grad(self, M: np.ndarray) -> np.ndarray:
+        """dJ/dlogits[s, b] = pi(b|s) M(s, b) / T from M(s, a) = sum_t gamma^t d_t(s) A_t(s, a)
+        (sum_a pi A_t = 0 at every step, so no centring term)."""
+        return self.probs * M / self.temperature
+
 
 @dataclass
 class Truth:
@@ -59,7 +78,7 @@ class Truth:
     J: float
     """mean over tasks of V_0(root)."""
     grad: np.ndarray
-    """(S, A) dJ/dlogits."""
+    """dJ/dparams: (S, A) dJ/dlogits for the tabular policy, (D,) dJ/dtheta for the log-linear one."""
 
     @property
     def A(self) -> np.ndarray:
@@ -86,14 +105,16 @@ def occupancy(mdp: FiniteMDP, pi: np.ndarray) -> np.ndarray:
     return d
 
 
-def objective(mdp: FiniteMDP, policy: TabularPolicy, gamma: float = 1.0) -> float:
+def objective(mdp: FiniteMDP, policy, gamma: float = 1.0) -> float:
     """J = mean over tasks of V_0(root)."""
     _, V = values(mdp, policy.probs, gamma)
     return float(V[0, mdp.roots].mean())
 
 
-def truth(mdp: FiniteMDP, policy: TabularPolicy, gamma: float = 1.0) -> Truth:
-    """Every exact quantity (module docstring) for ``policy`` on ``mdp``.
+def truth(mdp: FiniteMDP, policy, gamma: float = 1.0) -> Truth:
+    """Every exact quantity (module docstring) for ``policy`` on ``mdp``: a :class:`TabularPolicy`
+    or any policy with a state-level ``probs`` (S, A) and an ``exact_grad(M)``
+    (``loglinear.LogLinearPolicy``).
 
     With gamma < 1 the gradient is that of the discounted objective whose step-t rewards are
     weighted gamma^t; the occupancy is then discounted by gamma^t too."""
@@ -102,8 +123,8 @@ def truth(mdp: FiniteMDP, policy: TabularPolicy, gamma: float = 1.0) -> Truth:
     d = occupancy(mdp, pi)
     A = Q - V[:-1, :, None]
     disc = gamma ** np.arange(mdp.config.horizon)
-    grad = (disc[:, None, None] * d[:, :, None] * pi[None] * A).sum(0) / policy.temperature
-    return Truth(Q, V, d, float(V[0, mdp.roots].mean()), grad)
+    M = (disc[:, None, None] * d[:, :, None] * A).sum(0)  # the policy gradient is linear in A_t: sum t first
+    return Truth(Q, V, d, float(V[0, mdp.roots].mean()), policy.exact_grad(M))
 
 
 def optimal_objective(mdp: FiniteMDP, gamma: float = 1.0) -> float:

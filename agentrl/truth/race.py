@@ -1,9 +1,9 @@
-"""A learning race where seeds are cheap: tabular policy gradient on a generated MDP, J exact
-after every update.
+"""A learning race where seeds are cheap: policy gradient on a generated MDP (tabular or
+log-linear policy, ``loglinear.POLICY_KINDS``), J exact after every update.
 
 Every estimator gets the same update rule: sample B tasks x G rollouts from the current policy,
 turn the estimator's advantages into g_hat = sum_i A_hat_i dlog pi(a_i|s_i)/dtheta / rollouts,
-and take one Adam step on the logits (Adam, as the trainer's AdamW, so that estimators whose
+and take one Adam step on the policy's parameters (Adam, as the trainer's AdamW, so that estimators whose
 advantages are on another scale, e.g. RLOO's raw return differences, are not favoured or
 penalised by the learning rate). A seed fixes the MDP instance, the initial logits and the
 sampling stream, so estimators are compared paired by seed.
@@ -17,9 +17,10 @@ import numpy as np
 from agentrl_envs.mdp import MDPConfig, generate
 
 from agentrl.credit import Batch
-from agentrl.truth.exact import TabularPolicy, objective, optimal_objective
+from agentrl.truth.exact import objective, optimal_objective
+from agentrl.truth.loglinear import make_policy
 from agentrl.truth.sample import sample_batch
-from agentrl.truth.score import Contender, advantages, gradient_estimate, needs_fingerprint
+from agentrl.truth.score import TRUTH_GAMMA, Contender, advantages, gradient_estimate, needs_fingerprint
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,10 @@ class RaceSettings:
     """Adam learning rate on the logits."""
     init_scale: float = 1.0
     """Std of the seeded initial logits."""
-    gamma: float = 1.0
-    """Discount of the objective J (the estimators keep their own gamma)."""
+    gamma: float = TRUTH_GAMMA
+    """Discount of the objective J, and the estimators' unless a label sets its own."""
+    policy: str = "tabular"
+    """``loglinear.POLICY_KINDS``: the parameters Adam updates (logits per state, or shared weights)."""
 
 
 class Adam:
@@ -60,15 +63,15 @@ class Adam:
 def run(cfg: MDPConfig, seed: int, contender: Contender, s: RaceSettings) -> dict:
     """One training run: ``{"J": [J_0, ..., J_steps], "J_opt": J*}``."""
     mdp = generate(cfg, seed)
-    pol = TabularPolicy.random(mdp, seed, scale=s.init_scale)
-    opt = Adam(pol.logits.shape, s.lr)
+    pol = make_policy(s.policy, mdp, seed, scale=s.init_scale)
+    opt = Adam(pol.params.shape, s.lr)
     rng = np.random.default_rng([seed, 0x524143])
     J = [objective(mdp, pol, s.gamma)]
     fps = needs_fingerprint([contender])
     for _ in range(s.steps):
-        smp = sample_batch(mdp, pol.probs, s.B, s.G, rng, fingerprints=fps)
-        adv = advantages(contender, Batch.from_records(smp.records))
-        pol.logits += opt.step(gradient_estimate(pol, smp, adv))
+        smp = sample_batch(mdp, pol.act_probs, s.B, s.G, rng, fingerprints=fps)
+        adv = advantages(contender, Batch.from_records(smp.records), s.gamma)
+        pol.params[...] += opt.step(gradient_estimate(pol, smp, adv))
         J.append(objective(mdp, pol, s.gamma))
     return {"J": J, "J_opt": optimal_objective(mdp, s.gamma)}
 

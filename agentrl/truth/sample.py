@@ -28,6 +28,8 @@ class Sample:
     n_rollouts: int
     success: np.ndarray
     """Per rollout: reached a goal."""
+    o: np.ndarray | None = None
+    """Observation variant of each record, where the policy reads the text (``FiniteMDP.variant_text``)."""
 
 
 def _draw(cum: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -36,38 +38,54 @@ def _draw(cum: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def rollouts(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Generator):
-    """Play one rollout per entry of ``tasks``: arrays (N, H) of states, actions, rewards, a mask
-    of the steps taken, and each rollout's final state. An episode ends on a terminal state or
-    after H steps."""
+    """Play one rollout per entry of ``tasks`` with a state policy ``pi`` (S, A): arrays (N, H) of
+    states, actions, rewards, a mask of the steps taken, and each rollout's final state. An
+    episode ends on a terminal state or after H steps."""
+    return _play(mdp, pi[:, None, :], tasks, rng)[:5]
+
+
+def rollouts_by_obs(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Generator):
+    """:func:`rollouts` for a policy that reads the observation, ``pi`` (S, O, A): each visit first
+    draws its observation variant (``FiniteMDP.obs_variant_probs``); returns those (N, H) too."""
+    return _play(mdp, pi, tasks, rng, np.cumsum(mdp.obs_variant_probs()))
+
+
+def _play(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Generator,
+          cum_obs: np.ndarray | None = None):
     H, N = mdp.config.horizon, len(tasks)
-    S = np.full((N, H), -1, dtype=np.int64)
-    A = np.full((N, H), -1, dtype=np.int64)
+    S, A, Ob = (np.full((N, H), -1, dtype=np.int64) for _ in range(3))
     R = np.zeros((N, H))
     live = np.zeros((N, H), dtype=bool)
     s = mdp.roots[tasks].copy()
     alive = np.ones(N, dtype=bool)
-    cum_pi = np.cumsum(pi, axis=1)
+    cum_pi = np.cumsum(pi, axis=-1)
     for t in range(H):
         idx = np.flatnonzero(alive)
         if not len(idx):
             break
         st = s[idx]
-        a = _draw(cum_pi[st], rng.random(len(idx)))
+        # one observation variant unless the policy reads the text: no draw, so the tabular
+        # policy's stream is the one it always had
+        o = np.zeros(len(idx), dtype=np.int64) if cum_obs is None else _draw(cum_obs[None], rng.random(len(idx)))
+        a = _draw(cum_pi[st, o], rng.random(len(idx)))
         k = _draw(np.cumsum(mdp.prob[st, a], axis=1), rng.random(len(idx)))
         s2 = mdp.succ[st, a, k]
-        S[idx, t], A[idx, t], live[idx, t] = st, a, True
+        S[idx, t], A[idx, t], Ob[idx, t], live[idx, t] = st, a, o, True
         R[idx, t] = mdp.base_reward[st, a] + mdp.arrive_reward[s2]
         s[idx] = s2
         alive[idx] = ~mdp.terminal[s2]
-    return S, A, R, live, s
+    return S, A, R, live, s, Ob
 
 
 def sample_batch(mdp: FiniteMDP, pi: np.ndarray, B: int, G: int, rng: np.random.Generator,
                  fingerprints: bool = True) -> Sample:
     """B tasks drawn uniformly (with replacement) x G rollouts each, as step records
-    (``fingerprints=False`` leaves the fingerprint out, for estimators that do not read it)."""
+    (``fingerprints=False`` leaves the fingerprint out, for estimators that do not read it).
+    ``pi`` is (S, A) for a policy of the state, (S, O, A) for one that reads the observation: the
+    records then show each visit's drawn variant (``Sample.o``)."""
     tasks = np.repeat(rng.integers(len(mdp.roots), size=B), G)
-    S, A, R, live, last = rollouts(mdp, pi, tasks, rng)
+    by_obs = pi.ndim == 3
+    S, A, R, live, last, Ob = (rollouts_by_obs if by_obs else _play_state)(mdp, pi, tasks, rng)
     # observation noise has streams of its own: leaving fingerprints out changes nothing else
     text_rng, fp_rng = (np.random.default_rng(x) for x in rng.integers(2**63, size=2))
     records: list[dict[str, Any]] = []
@@ -81,7 +99,8 @@ def sample_batch(mdp: FiniteMDP, pi: np.ndarray, B: int, G: int, rng: np.random.
         history: list[tuple[str, str]] = []
         for t in range(L):
             s, a = int(S[j, t]), int(A[j, t])
-            obs, act = mdp.render(s, text_rng), mdp.action_text[s][a]
+            obs = mdp.variant_text(s, int(Ob[j, t])) if by_obs else mdp.render(s, text_rng)
+            act = mdp.action_text[s][a]
             invalid = mdp.kind[s, a] == INVALID
             records.append({
                 "group_id": gid, "traj_id": tid, "t": t, "obs": obs, "action": act,
@@ -96,6 +115,11 @@ def sample_batch(mdp: FiniteMDP, pi: np.ndarray, B: int, G: int, rng: np.random.
             ss.append(s)
             aa.append(a)
             tt.append(t)
+    o = Ob[live] if by_obs else None  # rollout-major, as the records
     return Sample(records, np.array(ss, dtype=np.int64), np.array(aa, dtype=np.int64),
-                  np.array(tt, dtype=np.int64), len(tasks), success)
+                  np.array(tt, dtype=np.int64), len(tasks), success, o)
+
+
+def _play_state(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Generator):
+    return _play(mdp, pi[:, None, :], tasks, rng)
 

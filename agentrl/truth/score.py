@@ -18,14 +18,22 @@ import numpy as np
 from agentrl_envs.mdp import FiniteMDP, MDPConfig, generate
 
 from agentrl.credit import Batch, available, compare, compute, parse_spec, requirements
-from agentrl.truth.exact import TabularPolicy, Truth, truth
+from agentrl.credit.registry import lookup
+from agentrl.truth.exact import Truth, truth
+from agentrl.truth.loglinear import make_policy
 from agentrl.truth.sample import Sample, sample_batch
 
 VARIANTS = ("gigpo:norm=mean", "gigpo:episode_stats=steps:episode_singleton=raw", "bigpo:embedder=hash_ngram",
-            "hgpo:base_group=true", "rtmc:signature=history")
+            "hgpo:base_group=true", "rtmc:signature=history", "gigpo:gamma=0.95", "bipace_q:gamma=0.95",
+            "rtmc:gamma=0.95")
 """Scored beside the registered defaults: GiGPO without the std division, GiGPO as its authors'
 code computes the episode term, BiGPO on a text-only fingerprint, HGPO with its authors'
-base_group item, RTMC without the env's state signature."""
+base_group item, RTMC without the env's state signature, and three estimators at their papers'
+discount 0.95 against the undiscounted truth (the mismatch, measured once)."""
+TRUTH_GAMMA = 1.0
+"""The truth's discount (J is the undiscounted return, as the episode terms of GRPO & co. are), and
+every estimator's ``gamma`` unless its label sets one: the estimators are run at the truth's
+discount, so that a discount mismatch is measured (``gigpo:gamma=0.95``) and not built in."""
 GRPO_MULTIPLES = (1, 2, 4, 8, 16, 32)
 """Batch multiples m at which GRPO's cosine is measured for ``grpo_equivalent``."""
 
@@ -103,13 +111,21 @@ def mean_direction_cosine(grads: list[np.ndarray], true: np.ndarray) -> float:
     return float(np.clip(float(total @ true.ravel()) / n / (np.sqrt(sq) * nt), -1.0, 1.0))
 
 
-def gradient_estimate(policy: TabularPolicy, smp: Sample, adv: np.ndarray) -> np.ndarray:
-    """g_hat = sum_i A_hat_i dlog pi(a_i|s_i)/dtheta / (number of rollouts)."""
-    return policy.score(smp.s, smp.a, adv) / smp.n_rollouts
+def gradient_estimate(policy, smp: Sample, adv: np.ndarray) -> np.ndarray:
+    """g_hat = sum_i A_hat_i dlog pi(a_i|s_i)/dtheta / (number of rollouts), in the policy's parameters."""
+    return policy.score_sample(smp, adv) / smp.n_rollouts
 
 
-def advantages(c: Contender, batch: Batch) -> np.ndarray:
-    return compute(c.name, batch, **c.kw).step_advantages
+def estimator_kwargs(c: Contender, gamma: float = TRUTH_GAMMA) -> dict[str, Any]:
+    """The contender's kwargs, with ``gamma`` set to the truth's where the label does not set it."""
+    kw = c.kw
+    if "gamma" not in kw and "gamma" in lookup(c.name).params:
+        kw["gamma"] = gamma
+    return kw
+
+
+def advantages(c: Contender, batch: Batch, gamma: float = TRUTH_GAMMA) -> np.ndarray:
+    return compute(c.name, batch, **estimator_kwargs(c, gamma)).step_advantages
 
 
 def needs_fingerprint(contenders: list[Contender]) -> bool:
@@ -129,20 +145,22 @@ class SeedScores:
     grpo_cos_by_m: dict[int, float] = field(default_factory=dict)
 
 
-def setting(cfg: MDPConfig, seed: int, init_scale: float, gamma: float) -> tuple[FiniteMDP, TabularPolicy, Truth]:
-    """The MDP instance, its seeded policy and their truth for ``seed``."""
+def setting(cfg: MDPConfig, seed: int, init_scale: float, gamma: float,
+            policy: str = "tabular") -> tuple[FiniteMDP, Any, Truth]:
+    """The MDP instance, its seeded policy of kind ``policy`` and their truth for ``seed``."""
     mdp = generate(cfg, seed)
-    pol = TabularPolicy.random(mdp, seed, scale=init_scale)
+    pol = make_policy(policy, mdp, seed, scale=init_scale)
     return mdp, pol, truth(mdp, pol, gamma)
 
 
 def score_seed(cfg: MDPConfig, seed: int, contenders: list[Contender], batches: int, B: int, Gs: tuple[int, ...],
-               G_main: int, init_scale: float = 1.0, gamma: float = 1.0) -> SeedScores:
+               G_main: int, init_scale: float = 1.0, gamma: float = TRUTH_GAMMA,
+               policy: str = "tabular") -> SeedScores:
     """Score every contender on ``batches`` batches for each G, plus GRPO's cosine at batch
-    multiples (``GRPO_MULTIPLES``) at ``G_main``."""
-    mdp, pol, tr = setting(cfg, seed, init_scale, gamma)
+    multiples (``GRPO_MULTIPLES``) at ``G_main``; under the policy of kind ``policy``."""
+    mdp, pol, tr = setting(cfg, seed, init_scale, gamma, policy)
     out = SeedScores(seed)
-    pi = pol.probs
+    pi = pol.act_probs
     for G in Gs:
         rng = np.random.default_rng([seed, G, 0x53434F])
         acc: dict[str, dict[str, list]] = {c.label: {"corr": [], "sign": [], "cos": [], "g": []} for c in contenders}
@@ -151,7 +169,7 @@ def score_seed(cfg: MDPConfig, seed: int, contenders: list[Contender], batches: 
             true_a = tr.A[smp.t, smp.s, smp.a]
             batch = Batch.from_records(smp.records)
             for c in contenders:
-                adv = advantages(c, batch)
+                adv = advantages(c, batch, gamma)
                 g = gradient_estimate(pol, smp, adv)
                 a = acc[c.label]
                 a["corr"].append(pearson(adv, true_a))
@@ -167,7 +185,7 @@ def score_seed(cfg: MDPConfig, seed: int, contenders: list[Contender], batches: 
     return out
 
 
-def grpo_cos_by_multiple(mdp: FiniteMDP, pol: TabularPolicy, tr: Truth, B: int, G: int, seed: int,
+def grpo_cos_by_multiple(mdp: FiniteMDP, pol, tr: Truth, B: int, G: int, seed: int,
                          multiples: tuple[int, ...] = GRPO_MULTIPLES) -> dict[int, float]:
     """GRPO's mean cosine when the gradients of m independent batches are averaged (a batch of
     m*B tasks: GRPO's statistics never cross groups, so this is exactly the bigger batch)."""
@@ -175,7 +193,7 @@ def grpo_cos_by_multiple(mdp: FiniteMDP, pol: TabularPolicy, tr: Truth, B: int, 
     pool = max(multiples)
     grads = []
     for _ in range(pool):
-        smp = sample_batch(mdp, pol.probs, B, G, rng)
+        smp = sample_batch(mdp, pol.act_probs, B, G, rng)
         grads.append(gradient_estimate(pol, smp, compute("grpo", smp.records).step_advantages))
     out = {}
     for m in multiples:

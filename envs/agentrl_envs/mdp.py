@@ -184,6 +184,23 @@ class FiniteMDP:
             text = f"{text} {_NOISE[int(rng.integers(len(_NOISE)))]}"
         return text
 
+    @property
+    def n_obs_variants(self) -> int:
+        """Texts one state can show: its own, and (with ``noise_words``) its own plus each noise sentence."""
+        return 1 + len(_NOISE) if self.config.noise_words > 0 else 1
+
+    def obs_variant_probs(self) -> np.ndarray:
+        """Probability of each observation variant of a visit (the same for every state): what
+        :meth:`render` draws, so a policy that reads the text has a known observation model."""
+        if self.n_obs_variants == 1:
+            return np.ones(1)
+        nw = self.config.noise_words
+        return np.array([1.0 - nw] + [nw / len(_NOISE)] * len(_NOISE))
+
+    def variant_text(self, s: int, o: int) -> str:
+        """Text of state ``s`` in observation variant ``o`` (0: no noise; k: noise sentence k - 1)."""
+        return self.obs_text[s] if o == 0 else f"{self.obs_text[s]} {_NOISE[o - 1]}"
+
     def fingerprint(self, s: int, rng: np.random.Generator | None = None) -> list[float]:
         """The state's fixed random projection, plus noise of norm ~``fp_noise`` drawn per visit."""
         if rng is None or self.config.fp_noise <= 0:

@@ -141,3 +141,18 @@ def test_env_expert_wins_and_horizon_truncates():
     for t in range(inner.config.horizon):
         _, r, term, trunc, _ = env.step(f"<action>{stay}</action>")
         assert r == 0.0 and not term and trunc == (t == inner.config.horizon - 1)
+
+
+def test_observation_variants_are_what_render_draws():
+    mdp = generate(family_config("aliased"), 0)  # noise_words 0.5: the plain text half the time,
+    # each of the 6 noise sentences 0.5 / 6 = 1/12
+    np.testing.assert_allclose(mdp.obs_variant_probs(), [0.5] + [1 / 12] * 6)
+    s = int(np.flatnonzero(~mdp.terminal)[0])
+    texts = [mdp.variant_text(s, o) for o in range(mdp.n_obs_variants)]
+    assert len(set(texts)) == 7 and texts[0] == mdp.obs_text[s]
+    rng = np.random.default_rng(0)
+    n = 6000
+    seen = [texts.index(mdp.render(s, rng)) for _ in range(n)]  # every render is one of the variants
+    assert abs(seen.count(0) / n - 0.5) < 4 * np.sqrt(0.25 / n)
+    plain = generate(family_config("recurrent"), 0)
+    assert plain.n_obs_variants == 1 and plain.obs_variant_probs().tolist() == [1.0]

@@ -47,6 +47,7 @@ def test_grpo_equivalent_interpolates_on_log2():
     assert grpo_equivalent(0.3, by_m) == 0.0  # GRPO's own batch does better
     assert grpo_equivalent(0.4, by_m) == 1.0  # GRPO itself
     assert grpo_equivalent(0.9, by_m) is None  # beyond the largest multiple
+    assert grpo_equivalent(0.8, by_m) == pytest.approx(8.0)  # exactly the largest multiple's cosine: reached
 
 
 def test_adam_first_step_is_lr_times_sign():
@@ -73,12 +74,16 @@ def test_truth_quick_writes_reproducible_results(tmp_path, capsys):
         r.pop("time_s")
         r["settings"].pop("workers")
     assert a == b  # bit for bit, whatever the number of processes
-    for f in ("truth.md", "cos_vs_G.png", "race.png"):
+    for f in ("truth.md", "cos_vs_G.png", "race.png", "cos_vs_G_loglinear.png", "race_loglinear.png"):
         assert (out1 / f).stat().st_size > 0
     assert set(a["not_runnable"]) == {"shared", "ccpo", "ccpo_bonus", "sepo"}
-    gr = a["scores"]["recurrent"]["by_G"]["8"]["grpo"]
-    assert 0 < gr["cos"]["mean"] < 1 and gr["cos"]["se"] > 0
-    assert a["scores"]["recurrent"]["grpo_equivalent"]["grpo"] == 1.0
+    for policy in ("tabular", "loglinear"):
+        gr = a["scores"][policy]["recurrent"]["by_G"]["8"]["grpo"]
+        assert 0 < gr["cos"]["mean"] < 1 and gr["cos"]["se"] > 0
+        assert a["scores"][policy]["recurrent"]["grpo_equivalent"]["grpo"] == 1.0
+        assert set(a["scores"][policy]["tree"]["cos_diff"]) == {"gigpo", "rtmc"}
+    assert a["settings"]["lr"] == {"tabular": 0.3, "loglinear": 0.1} and a["settings"]["truth_gamma"] == 1.0
+    assert "## Under the log-linear policy" in text and "Race on `recurrent`" in text
     # a reused folder is refused, in one line
     capsys.readouterr()
     assert truth_main(["--quick", "--out", str(out1)]) == 2
