@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -216,6 +218,16 @@ def generate_game_set(out: str, per_family: int = 4, valid_per_family: int | Non
     return manifest
 
 
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent exits (a pool worker must not outlive the build)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
 class _SetBuilder:
     """Samples, writes and verifies the games of a set, split by split (``rows`` kept,
     ``failures`` rejected), with a progress bar and an optional process pool."""
@@ -231,7 +243,10 @@ class _SetBuilder:
         self.scene_cache: dict[int, Scene] = {}
         self.bar = tqdm(total=total, desc="alfworld games", unit="game", disable=not progress,
                         dynamic_ncols=True)
-        self.pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+        # spawned, not forked: a forked worker would inherit the build lock's file (games.py) and,
+        # outliving a killed builder, hold it for good; each one also dies with its parent
+        self.pool = (ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_die_with_parent) if workers > 1 else None)
 
     def __enter__(self):
         return self
