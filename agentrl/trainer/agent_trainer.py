@@ -61,7 +61,7 @@ from agentrl.rollout.rows import (
 from agentrl.rollout.settings import RolloutSettings
 from agentrl.trainer.guard import HeldScheduler, NonFiniteGuard, nonfinite_grads
 from agentrl.trainer.logprobs import completion_logps
-from agentrl.trainer.tasks import _check_fingerprint_layer, build_task_dataset, env_reward
+from agentrl.trainer.tasks import EpochTaskOrder, _check_fingerprint_layer, build_task_dataset, env_reward
 from agentrl.trainer.update import cudnn_attention, log_loss_metrics, loss_settings, reference_logps
 
 
@@ -163,6 +163,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         """The latest iteration's global records, advantages and this rank's rows (for tests/tools)."""
         if self.accelerator.device.type == "cuda":
             cudnn_attention(bool(args.allow_cudnn_attention))
+        self.add_callback(EpochTaskOrder())  # a resumed run draws the tasks the uninterrupted one did
         self.algorithm.bind(self)
         self.runner = self.algorithm.runner(self)
         """Where the rows train (``agentrl.algorithms.runner``)."""

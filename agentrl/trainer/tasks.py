@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from transformers import TrainerCallback
+
 from agentrl.config import AgentRLConfig
 from agentrl.recipe_file import RecipeError
 
@@ -45,3 +47,36 @@ def _check_fingerprint_layer(model, layer: int) -> None:
     if isinstance(n, int) and not -n <= layer < n:
         raise RecipeError(f"fingerprint_layer {layer} is out of range for a model with {n} decoder layers "
                           f"(valid: {-n}..{n - 1})")
+
+
+class EpochTaskOrder(TrainerCallback):
+    """Makes the task order of every epoch a function of (seed, epoch), so a resumed run sees the
+    order the uninterrupted one saw.
+
+    TRL's RepeatSampler draws one permutation per epoch from a generator seeded once: a run resumed
+    in epoch k rebuilt it fresh and replayed epoch 0's order (a two-role CCPO run resumed at a
+    role-block boundary that was also an epoch boundary trained on other tasks than the
+    uninterrupted run). At the start of each epoch the sampler's generator is reseeded and advanced
+    by k permutations: the order the uninterrupted run draws, recomputed."""
+
+    def on_epoch_begin(self, args, state, control, train_dataloader=None, **kw):
+        sampler = _repeat_sampler(train_dataloader)
+        if sampler is None or not sampler.shuffle or sampler.seed is None:
+            return
+        import math
+
+        import torch
+
+        sampler.generator.manual_seed(sampler.seed)
+        for _ in range(math.floor(state.epoch + 1e-9)):
+            torch.randperm(sampler.num_samples, generator=sampler.generator)
+
+
+def _repeat_sampler(loader):
+    """TRL's RepeatSampler under a (possibly accelerate-wrapped) training DataLoader, or None."""
+    from trl.trainer.utils import RepeatSampler
+
+    for s in (getattr(getattr(loader, "batch_sampler", None), "sampler", None), getattr(loader, "sampler", None)):
+        if isinstance(s, RepeatSampler):
+            return s
+    return None

@@ -90,8 +90,12 @@ def test_kill_at_other_moments_resumes_exactly(tmp_path, collab_model_dir, refer
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known gap (also at 7b83ee7, before atomic checkpoints): a resume from "
-                   "checkpoint-4 (the Solver's last step; checkpoint-5 likewise) does not reproduce the uninterrupted "
-                   "run's weights, while one from checkpoint-3 does; CCPO statistics and the schedule match")
-def test_resume_from_a_block_boundary_checkpoint(tmp_path, collab_model_dir, reference):
-    _run(tmp_path, collab_model_dir, reference, [("before_publish", 5)])
+@pytest.mark.parametrize("killed_at", [5, 6])
+def test_resume_from_a_block_boundary_checkpoint(tmp_path, collab_model_dir, reference, killed_at):
+    # killed inside the save of checkpoint-5 (-6): the resume starts from checkpoint-4, the Solver's
+    # last step before the Thinker's block (and the end of epoch 1: 8 tasks, 2 a step), or from
+    # checkpoint-5, inside the Thinker's block and epoch 2. Both once trained on epoch 1's task order
+    # again (the task sampler restarted with the resumed run), so the weights differed from the
+    # uninterrupted run's; agentrl.trainer.tasks.EpochTaskOrder recomputes each epoch's order.
+    err = _run(tmp_path, collab_model_dir, reference, [("before_publish", killed_at)])["before_publish"]
+    assert f"checkpoint-{killed_at - 1}" in err

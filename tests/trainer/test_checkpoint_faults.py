@@ -217,3 +217,33 @@ def test_resume_auto(tmp_path, tiny_model_dir, reference):
     assert r.returncode == 0 and "already finished (step 1): nothing to do" in r.stderr, r.stderr[-3000:]
     with pytest.raises(RunFinished):
         resume_target("auto", str(tmp_path / "auto"), 1)
+
+
+def test_each_epochs_task_order_is_recomputed_on_resume():
+    # TRL's RepeatSampler draws one permutation per epoch from a generator seeded once; a run resumed
+    # in epoch 2 must see epoch 2's order, not epoch 0's again (agentrl.trainer.tasks.EpochTaskOrder)
+    from types import SimpleNamespace
+
+    from trl.trainer.utils import RepeatSampler
+
+    from agentrl.trainer.tasks import EpochTaskOrder
+
+    def sampler():
+        return RepeatSampler(list(range(12)), mini_repeat_count=2, batch_size=3, shuffle=True, seed=7)
+
+    def loader(s):
+        return SimpleNamespace(batch_sampler=SimpleNamespace(sampler=s))
+
+    first = sampler()
+    orders = [list(first) for _ in range(3)]  # the uninterrupted run: epochs 0, 1, 2
+    assert orders[0] != orders[1] != orders[2]
+    cb = EpochTaskOrder()
+    for epoch, state_epoch in ((0, 0.0), (1, 1.0), (2, 2.25)):  # at an epoch's start, or mid-epoch
+        fresh = sampler()  # a resumed run builds it anew
+        cb.on_epoch_begin(None, SimpleNamespace(epoch=state_epoch), None, train_dataloader=loader(fresh))
+        assert list(fresh) == orders[epoch], epoch
+    # the uninterrupted run's own sampler at the start of epoch 2 (already two draws in) is unchanged
+    again = sampler()
+    list(again), list(again)
+    cb.on_epoch_begin(None, SimpleNamespace(epoch=2.0), None, train_dataloader=loader(again))
+    assert list(again) == orders[2]
