@@ -141,3 +141,36 @@ def install_atomic_saves(trainer) -> None:
         trainer.accelerator.wait_for_everyone()
 
     trainer._save_checkpoint = _save_checkpoint
+
+
+IDENTITY_FILE = "agentrl_checkpoint.json"
+"""What a checkpoint is of: the layout version, the number of processes and the recipe keys it is
+tied to (``agentrl.recipe_keys.identity_keys``), written into every checkpoint."""
+LAYOUT = 2
+"""The checkpoint layout agentrl writes and reads: 2 since the update's own loss (the guard's
+counts, the update runner's files); 1 (no identity file) before."""
+
+
+def write_identity(folder: str | Path, identity: dict) -> None:
+    (Path(folder) / IDENTITY_FILE).write_text(json.dumps({"layout": LAYOUT, **identity}, indent=1, sort_keys=True))
+
+
+def identity_mismatch(folder: str | Path, identity: dict) -> str | None:
+    """Why the checkpoint ``folder`` cannot be resumed by a run of ``identity`` (one line), or None."""
+    p = Path(folder) / IDENTITY_FILE
+    try:
+        saved = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return (f"{Path(folder).name} was written by an older agentrl (checkpoint layout 1, without {IDENTITY_FILE}); "
+                f"this version reads layout {LAYOUT}: start the run again in a new output_dir")
+    if saved.get("layout") != LAYOUT:
+        return f"{Path(folder).name} has checkpoint layout {saved.get('layout')}; this agentrl reads layout {LAYOUT}"
+    if saved.get("processes") != identity.get("processes"):
+        return (f"{Path(folder).name} was written by {saved.get('processes')} process(es), this run has "
+                f"{identity.get('processes')}: resume with the same number of processes")
+    for k, v in identity.get("keys", {}).items():
+        old = saved.get("keys", {}).get(k)
+        if old != v:
+            return (f"{Path(folder).name} is a checkpoint of a run with {k} {old!r}, this recipe has {v!r}: "
+                    "resume with the checkpoint's recipe, or start a new output_dir")
+    return None

@@ -42,20 +42,23 @@ class Knob(NamedTuple):
     json_value: bool
     episode: bool
     """Whether an episode depends on it (evaluation replays the training run's value)."""
+    identity: bool
+    """Whether a checkpoint written under another value of it cannot be resumed (``identity_keys``)."""
 
 
 _DECLARED: list[Knob] = []
 
 
 def knob(default: Any, doc: str, group: str, check: Callable[[Any], bool] | None = None, want: str = "",
-         json_value: bool = False, episode: bool = False) -> Any:
+         json_value: bool = False, episode: bool = False, identity: bool = False) -> Any:
     """One recipe key of agentrl, declared as a field of ``AgentKeys``: default and doc (the field's
     ``help``, which transformers' argument parser shows), help group and range check
     (``check(value) -> bool``, ``want`` says what it must be). ``json_value``: a mapping that the
-    command line gives as a JSON string; ``episode``: an episode depends on it (``episode_keys``).
+    command line gives as a JSON string; ``episode``: an episode depends on it (``episode_keys``);
+    ``identity``: a checkpoint of another value cannot be resumed (``identity_keys``).
     The parser passes a field's metadata to argparse, so the rest is kept in declaration order and
     named by ``KNOBS`` once the class exists."""
-    _DECLARED.append(Knob(group, check, want, json_value, episode))
+    _DECLARED.append(Knob(group, check, want, json_value, episode, identity))
     return field(default=default, metadata={"help": doc})
 
 
@@ -83,8 +86,8 @@ class AgentKeys:
 
     # --- model
     model_name_or_path: str = knob("smollm2", "Local model folder, an embedded name (smollm2) or a hub id (hub "
-                                   "machines only).", MODEL)
-    use_peft: bool = knob(False, "Train a LoRA adapter instead of all weights.", MODEL)
+                                   "machines only).", MODEL, identity=True)
+    use_peft: bool = knob(False, "Train a LoRA adapter instead of all weights.", MODEL, identity=True)
     lora_r: int = knob(16, "LoRA rank (use_peft).", MODEL, at_least(1), ">= 1")
     lora_alpha: int = knob(32, "LoRA alpha (use_peft).", MODEL)
     lora_dropout: float = knob(0.05, "LoRA dropout (use_peft).", MODEL, lambda v: 0 <= v < 1, "in [0, 1)")
@@ -92,7 +95,7 @@ class AgentKeys:
                                                  "decoder.", MODEL)
 
     # --- environment and tasks
-    env_id: str = knob("agentrl/TextCraft-v0", "Gymnasium id of the env (agentrl/*).", ENV, episode=True)
+    env_id: str = knob("agentrl/TextCraft-v0", "Gymnasium id of the env (agentrl/*).", ENV, episode=True, identity=True)
     env_kwargs: dict | str | None = knob(None, "Keyword arguments for gymnasium.make (a mapping, or a JSON string "
                                          "on the CLI).", ENV, json_value=True, episode=True)
     env_modules: list[str] | None = knob(None, "Extra modules imported before the recipe is checked: they register "
@@ -110,7 +113,7 @@ class AgentKeys:
 
     # --- rollout
     context_mode: str = knob("window", "'window' (one row per step, last history_length steps in the prompt) or "
-                             "'trajectory' (one row per episode, env tokens masked).", ROLLOUT, episode=True)
+                             "'trajectory' (one row per episode, env tokens masked).", ROLLOUT, episode=True, identity=True)
     history_length: int = knob(2, "(obs, action) pairs in a window prompt.", ROLLOUT, at_least(0), ">= 0", episode=True)
     max_turns: int | None = knob(None, "Step cap per episode (default: the env's limit).", ROLLOUT,
                                  optional_at_least(1), ">= 1", episode=True)
@@ -146,7 +149,7 @@ class AgentKeys:
                                 "error.", ROLLOUT, lambda v: v > 0, "> 0")
 
     # --- credit
-    credit: str = knob("grpo", "Credit module name (agentrl.credit).", CREDIT)
+    credit: str = knob("grpo", "Credit module name (agentrl.credit).", CREDIT, identity=True)
     credit_kwargs: dict | str | None = knob(None, "Keyword arguments of the credit module (mapping or JSON); "
                                             "gamma is the top-level key.", CREDIT, json_value=True)
     gamma: float = knob(0.95, "Discount for returns-to-go in step-level credit.", CREDIT, lambda v: 0 <= v <= 1,
@@ -158,10 +161,10 @@ class AgentKeys:
     # --- algorithm and update
     algorithm: str | None = knob(None, "The algorithm plug-in (agentrl.algorithms: grpo, appo, collab, or one a "
                                  "module in env_modules registers). Unset: inferred (credit appo -> appo, a "
-                                 "collaboration credit -> collab, else grpo).", UPDATE)
+                                 "collaboration credit -> collab, else grpo).", UPDATE, identity=True)
     algorithm_kwargs: dict | str | None = knob(None, "The algorithm's own kwargs (mapping or JSON), checked against "
                                                "its declared params (collab: collab, policies, role_schedule, "
-                                               "role_block_steps, models, rating_template).", UPDATE, json_value=True)
+                                               "role_block_steps, models, rating_template).", UPDATE, json_value=True, identity=True)
     nonfinite_max_consecutive: int = knob(3, "An optimizer step whose loss or gradient holds NaN/inf is skipped "
                                           "(no update, schedule held, counted as train/nonfinite_steps); this many "
                                           "skips in a row stop the run with one line and exit 2 (0: never stop).",
@@ -268,6 +271,12 @@ def json_keys() -> tuple[str, ...]:
 def episode_keys() -> tuple[str, ...]:
     """The keys an episode depends on (``agentrl eval`` replays a run's values of them)."""
     return tuple([k for k, kn in KNOBS.items() if kn.episode] + [k for k, t in TRL_KEYS.items() if t.episode])
+
+
+def identity_keys() -> tuple[str, ...]:
+    """The keys a checkpoint is tied to: resuming under another value of one would silently train
+    a different run (``agentrl.checkpoints.identity_mismatch``)."""
+    return tuple(k for k, kn in KNOBS.items() if kn.identity)
 
 
 def default_of(key: str) -> Any:

@@ -285,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         trainer.train(resume_from_checkpoint=resume)
-    except NonFiniteStop as e:  # every rank stops at the same step (the guard's verdict is global)
-        if trainer.accelerator.is_main_process:
+    except (NonFiniteStop, RecipeError) as e:  # every rank stops alike: a global verdict, or the
+        if trainer.accelerator.is_main_process:  # checkpoint all ranks were asked to resume from
             _fail("agentrl train", e)
         _leave_together(trainer)
         return 2

@@ -231,9 +231,13 @@ class AgentGRPOTrainer(GRPOTrainer):
         return run_episodes(tasks, generate or self._turn_generate, tokenizer or self.processing_class, settings,
                             envs=self._env_pool(settings, len(tasks)), timing=self._timing)
 
-    def train(self, *args, **kwargs):
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """TRL's training loop; a checkpoint to resume from must be of this run's kind (one line
+        otherwise: ``agentrl.checkpoints.identity_mismatch``)."""
+        if resume_from_checkpoint:
+            self._check_resumable(resume_from_checkpoint)
         try:
-            return super().train(*args, **kwargs)
+            return super().train(resume_from_checkpoint, *args, **kwargs)
         finally:  # the env workers end with the run (a finalizer would too, later)
             if getattr(self, "_workers", None) is not None:
                 self._workers.close()
@@ -555,11 +559,32 @@ class AgentGRPOTrainer(GRPOTrainer):
         return self.lr_scheduler
 
     # ------------------------------------------------------------------ checkpoints
+    def identity(self) -> dict[str, Any]:
+        """What a checkpoint of this run is tied to: the processes and the identity keys' values."""
+        from agentrl.recipe_keys import identity_keys
+
+        keys = {k: json.loads(json.dumps(getattr(self.args, k), default=str)) for k in identity_keys()}
+        keys["algorithm"] = self.algorithm.name
+        return {"processes": self.accelerator.num_processes, "keys": keys}
+
+    def _check_resumable(self, checkpoint) -> None:
+        from agentrl.checkpoints import identity_mismatch, newest_complete
+        from agentrl.recipe_file import RecipeError
+
+        folder = newest_complete(self.args.output_dir)[0] if checkpoint is True else checkpoint
+        why = identity_mismatch(folder, self.identity()) if folder is not None else None
+        if why:
+            raise RecipeError(f"resume: {why}")
+
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        """TRL's optimizer and scheduler, then the guard's counts and the runner's part."""
+        """TRL's optimizer and scheduler, then the guard's counts, the checkpoint's identity and the
+        runner's part."""
+        from agentrl.checkpoints import write_identity
+
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
             (Path(output_dir) / GUARD_FILE).write_text(json.dumps(self.guard.state_dict()))
+            write_identity(output_dir, self.identity())
         self.runner.save_checkpoint(output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:

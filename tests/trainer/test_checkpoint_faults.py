@@ -247,3 +247,51 @@ def test_each_epochs_task_order_is_recomputed_on_resume():
     list(again), list(again)
     cb.on_epoch_begin(None, SimpleNamespace(epoch=2.0), None, train_dataloader=loader(again))
     assert list(again) == orders[2]
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"credit": "gigpo"}, "is a checkpoint of a run with credit 'grpo', this recipe has 'gigpo'"),
+    ({"context_mode": "trajectory"}, "is a checkpoint of a run with context_mode 'window', this recipe has 'trajectory'"),
+    ({"use_peft": True, "lora_r": 4, "lora_alpha": 8}, "is a checkpoint of a run with use_peft False, this recipe has True"),
+    ({"algorithm": "faulty", "env_modules": ["count_env", "faults"]}, "is a checkpoint of a run with algorithm 'grpo', this recipe has 'faulty'"),
+])
+def test_resume_refuses_another_recipes_checkpoint(tmp_path, tiny_model_dir, reference, change, said):
+    # a checkpoint of the reference run (grpo, window, full weights), resumed under another recipe:
+    # one line naming what differs, before anything trains
+    import faults  # noqa: F401  (the algorithm "faulty")
+
+    from agentrl.config import load_recipe
+    from agentrl.recipe_file import RecipeError
+    from agentrl.train import build_trainer
+
+    out = tmp_path / "other"
+    rec = _recipe(tmp_path, "other.yaml", tiny_model_dir, out)
+    d = yaml.safe_load(rec.read_text())
+    d.update(change)
+    rec.write_text(yaml.safe_dump(d))
+    tr = build_trainer(load_recipe(str(rec), []))
+    with pytest.raises(RecipeError) as e:
+        tr.train(resume_from_checkpoint=str(reference / "checkpoint-2"))
+    assert str(e.value) == f"resume: checkpoint-2 {said}: resume with the checkpoint's recipe, or start a new output_dir"
+    assert tr.state.global_step == 0
+
+
+def test_resume_refuses_other_process_counts_and_older_layouts(tmp_path, tiny_model_dir, reference):
+    out = tmp_path / "copy"
+    shutil.copytree(reference, out)
+    ident = out / "checkpoint-2" / "agentrl_checkpoint.json"
+    d = json.loads(ident.read_text())
+    assert (d["layout"], d["processes"], d["keys"]["credit"]) == (2, 1, "grpo")
+    ident.write_text(json.dumps(dict(d, processes=2)))
+    rec = _recipe(tmp_path, "copy.yaml", tiny_model_dir, out)
+    r = subprocess.run([sys.executable, "-m", "agentrl.train", str(rec), "--resume_from_checkpoint",
+                        str(out / "checkpoint-2")], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("agentrl train: error")]
+    assert r.returncode == 2 and lines == ["agentrl train: error: resume: checkpoint-2 was written by 2 process(es), "
+                                           "this run has 1: resume with the same number of processes"], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    from agentrl.checkpoints import identity_mismatch
+
+    ident.unlink()
+    assert identity_mismatch(out / "checkpoint-2", {"processes": 1, "keys": {}}).startswith(
+        "checkpoint-2 was written by an older agentrl (checkpoint layout 1")
