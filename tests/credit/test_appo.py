@@ -312,7 +312,7 @@ def test_appo_estimator_kwargs_checked():
 
     with pytest.raises(ValueError, match=r"kwarg scope='tree' must be one of 'rollout', 'prompt'"):
         credit.validate("appo", scope="tree")
-    with pytest.raises(ValueError, match=r"kwarg decay=0.0 must be in \[1e-06"):
+    with pytest.raises(ValueError, match=r"kwarg decay=0.0 must be >= 1e-06"):
         credit.validate("appo", decay=0)
     d = credit.describe("appo")["kwargs"]
     assert d["budget"][0] == 1 and d["combine"][0] == "average" and d["omega_baseline"][0] == "ref"
