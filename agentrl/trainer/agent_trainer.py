@@ -274,11 +274,11 @@ class AgentGRPOTrainer(GRPOTrainer):
         out["num_items_in_batch"] = self.accelerator.gather(out["num_items_in_batch"]).sum()
         self.timings["rows_s"] = time.perf_counter() - t0
         self.timings.update(rollout_s=rollout_s, credit_s=credited.seconds)
-        self._log_metrics(mode, episodes, credited, counts, rollout_s)
-        self._write_rollouts(credited)
         self.last_rollout = dict(records=credited.records, advantages=credited.advantages,
                                  offset=credited.offset, n_local=credited.n_local, rows=out, episodes=episodes,
                                  n_real_rows=counts.real, filler=counts.filler)
+        self._log_metrics(mode, episodes, credited, counts, rollout_s)
+        self._write_rollouts(credited)
         return out
 
     def _build_tasks(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -117,6 +117,7 @@ def test_deepspeed_zero3_two_ranks_lockstep(tmp_path, tiny_model_dir):
     rec = _recipe(tmp_path, "ds.yaml", model_name_or_path=tiny_model_dir, output_dir=str(out), num_tasks=2,
                   task_options={"lengths": [1, 4], "parity": True}, num_generations=2,
                   per_device_train_batch_size=2, max_steps=2, save_rollouts=True,
+                  env_modules=["count_env", "rank_rows"], algorithm="rank_rows",  # each rank dumps its rows
                   use_cpu=False)  # use_cpu would make accelerate pick MULTI_CPU DDP, not DeepSpeed
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(REPO / "accelerate_configs" / "cpu_zero3.yaml"), "-m", "agentrl.train", str(rec)]
@@ -130,3 +131,14 @@ def test_deepspeed_zero3_two_ranks_lockstep(tmp_path, tiny_model_dir):
         ranks = {tid.split(":")[1] for tid in lengths}
         assert ranks == {"r0", "r1"}  # both ranks' records reached the global credit batch
         assert sorted(lengths.values()) == [1, 1, 4, 4]
+        # each rank's rows carry its own records' advantages (the rank's slice of the gathered
+        # batch): one rank has the 1-step episodes, the other the 4-step ones, so a wrong slice
+        # gives the wrong count or the other rank's values
+        by_traj = {}
+        for d in recs:
+            by_traj.setdefault(d["traj_id"], []).append(d["info"]["advantage"])
+        for rank in (0, 1):
+            dump = json.loads((out / "rank_rows" / f"r{rank}_{it}.json").read_text())
+            want = [a for t in dict.fromkeys(dump["record_trajs"]) for a in by_traj[t]]
+            assert {t.split(":")[1] for t in dump["record_trajs"]} == {f"r{rank}"}
+            assert dump["row_advantages"] == pytest.approx(want, abs=1e-6), (it, rank)
