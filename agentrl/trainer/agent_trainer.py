@@ -551,6 +551,15 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._update_s = 0.0
         self.guard.check_stop()
 
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's log; then a non-finite training loss, just logged as it was, leaves the Trainer's
+        running sum (it resets it by subtracting it from itself: NaN - NaN stays NaN, and every
+        later step would log NaN)."""
+        super().log(logs, start_time)
+        acc = getattr(self, "_tr_loss", None)
+        if isinstance(acc, torch.Tensor) and not bool(torch.isfinite(acc).all()):
+            acc.zero_()
+
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """TRL's scheduler, held while the guard skips a step (DeepSpeed holds its own)."""
         sched = super().create_scheduler(num_training_steps, optimizer)

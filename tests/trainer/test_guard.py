@@ -63,6 +63,7 @@ def test_a_non_finite_loss_never_reaches_the_weights(tmp_path, tiny_model_dir, c
     logs = [h for h in tr.state.log_history if "loss" in h]
     assert [h["train/nonfinite_steps"] for h in logs] == [0, 1, 1]
     assert not math.isfinite(logs[1]["loss"])  # logged as it was, not replaced by an average
+    assert math.isfinite(logs[2]["loss"])  # and not carried into the next step's log
     assert "step 2: non-finite loss at micro-step 0 on rank 0 (loss); the update was skipped" in out
     assert tr.guard.skipped == 1 and tr.guard.consecutive == 0
 

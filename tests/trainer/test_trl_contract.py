@@ -46,7 +46,17 @@ def test_overridden_trl_methods_are_the_pinned_ones():
 
     overridden = sorted(n for n, v in vars(AgentGRPOTrainer).items() if callable(v) and hasattr(GRPOTrainer, n))
     assert overridden == ["__init__", "_compute_loss", "_load_optimizer_and_scheduler", "_prepare_inputs",
-                          "_save_optimizer_and_scheduler", "create_scheduler", "save_model", "train", "training_step"]
+                          "_save_optimizer_and_scheduler", "create_scheduler", "log", "save_model", "train",
+                          "training_step"]
+
+
+def test_the_trainers_loss_sum_is_reset_by_subtraction():
+    # AgentGRPOTrainer.log zeroes a non-finite _tr_loss: the Trainer accumulates the micro-steps'
+    # losses in it and resets it with `tr_loss -= tr_loss` after logging (NaN - NaN is NaN)
+    from transformers import Trainer
+
+    assert "self._tr_loss += tr_loss_step" in inspect.getsource(Trainer._run_epoch)
+    assert "tr_loss -= tr_loss" in inspect.getsource(Trainer._maybe_log_save_evaluate)
 
 
 def test_prepare_inputs_buffers_one_rollout_per_generate_every_steps():
