@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     if dry:
         print(shlex.join(cmd))
         return 0
+    from agentrl.recipe_hook import VALIDATED
+
+    os.environ[VALIDATED] = "1"  # the launch process need not check it again
     os.execvp(cmd[0], cmd)
     return 0  # unreachable
 

@@ -21,9 +21,12 @@ stage):
 - different, and the user chose the launch (flags, ``--config_file``, a default config, torchrun):
   train as launched, after one line on stderr naming the difference.
 
-The same line runs in the ``accelerate launch`` process itself (``sys.argv[1] == "launch"``): a
-recipe whose own launch needs GPUs this machine lacks is refused there, in one line and exit 2,
-before accelerate starts a worker (whose failure accelerate would report with a traceback).
+The same line runs in the ``accelerate launch`` process itself (``sys.argv[1] == "launch"``,
+``check_launch``): the recipe (with its overrides) is validated there as ``agentrl train`` would, and
+a recipe whose own launch needs GPUs this machine lacks is refused, in one line and exit 2,
+before accelerate starts a worker (whose failure accelerate would report with a traceback). A
+worker that still exits 2 (e.g. a reused output folder) ends the launch with exit 2 and no
+traceback: its own line said why.
 
 ``AGENTRL_RECIPE_HOOK=0`` turns the hook off.
 """
@@ -206,15 +209,60 @@ def plan(path: str, data: dict, args: list[str], parent_argv: list[str]) -> tupl
     return "relaunch", cmd
 
 
-def refuse_unrunnable_launch(argv: list[str]) -> None:
-    """In the ``accelerate launch`` process (``argv`` its ``sys.argv``): exit 2 with one line when
-    the script is a recipe that the worker would re-launch under its own accelerate_config and that
-    config needs GPUs this machine lacks. A launch the user chose runs as chosen; a recipe whose
-    config is one plain process (e.g. single_gpu.yaml) trains as launched, as the worker decides."""
+def check_launch(argv: list[str]) -> None:
+    """In the ``accelerate launch`` process (``argv`` its ``sys.argv``) of a recipe: validate it
+    (``validate_recipe``), refuse a launch this machine cannot run (``refuse_unrunnable_launch``),
+    and let a worker's exit 2 end the launch without accelerate's traceback."""
     if Path(argv[0]).name not in ("accelerate", "accelerate-launch") or os.environ.get(RELAUNCHED):
         return
-    path = next((a for a in argv[2:] if a.endswith((".yaml", ".yml"))), None)
-    if path is None or not os.path.isfile(path) or user_chose_launch([sys.executable, *argv]):
+    at = next((i for i, a in enumerate(argv[2:], start=2) if a.endswith((".yaml", ".yml"))), None)
+    if at is None or not os.path.isfile(argv[at]):
+        return
+    sys.excepthook = _quiet_worker_exit_2(sys.excepthook)
+    refuse_unrunnable_launch(argv, argv[at])  # first: the cheap check, and the real reason
+    if os.environ.get(VALIDATED) != "1":
+        validate_recipe(argv[at], argv[at + 1:])
+
+
+VALIDATED = "AGENTRL_RECIPE_VALIDATED"
+"""Set by a launcher that has validated the recipe (``agentrl launch``, ``check_launch``)."""
+
+
+def validate_recipe(path: str, overrides: list[str]) -> None:
+    """The checks ``agentrl train`` runs before it loads a model; one line and exit 2 on failure."""
+    from agentrl.recipe_file import RecipeError
+
+    try:
+        from agentrl.train import _load, check_output_dir
+
+        cfg = _load(path, list(overrides))
+        if not cfg.resume_from_checkpoint:  # a resume is decided by the worker (it may clear or skip)
+            check_output_dir(cfg, None)
+    except RecipeError as e:
+        print(f"agentrl train: error: {e}", file=sys.stderr, flush=True)
+        os._exit(2)
+    os.environ[VALIDATED] = "1"
+
+
+def _quiet_worker_exit_2(hook):
+    """An excepthook that ends the launch with exit 2 when a worker exited 2 (it printed why in one
+    line; accelerate would add a traceback of its own), and hands anything else to ``hook``."""
+    def excepthook(kind, value, tb):
+        codes = [value.returncode] if isinstance(value, __import__("subprocess").CalledProcessError) else [
+            getattr(f, "exitcode", None) for f in getattr(value, "failures", {}).values()]
+        if codes and all(c == 2 for c in codes):
+            sys.stderr.flush()
+            os._exit(2)
+        hook(kind, value, tb)
+    return excepthook
+
+
+def refuse_unrunnable_launch(argv: list[str], path: str) -> None:
+    """Exit 2 with one line when ``path`` is a recipe that the worker would re-launch under its own
+    accelerate_config and that config needs GPUs this machine lacks. A launch the user chose runs
+    as chosen; a recipe whose config is one plain process (e.g. single_gpu.yaml) trains as
+    launched, as the worker decides."""
+    if user_chose_launch([sys.executable, *argv]):
         return
     from agentrl.recipe_file import RecipeError, read_recipe_file
 
@@ -240,7 +288,7 @@ def run_if_recipe() -> None:
     if os.environ.get("AGENTRL_RECIPE_HOOK", "1") == "0":
         return
     if sys.argv[1:2] == ["launch"] and not sys.argv[0].endswith((".yaml", ".yml")):
-        refuse_unrunnable_launch(sys.argv)
+        check_launch(sys.argv)
         return
     path = sys.argv[0]
     if not os.path.isfile(path):

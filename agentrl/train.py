@@ -147,23 +147,28 @@ def _wandb_dir_in_run(output_dir: str) -> None:
     os.environ["WANDB_DIR"] = os.environ["AGENTRL_SET_WANDB_DIR"] = str(Path(output_dir).resolve())
 
 
-def prepare_output_dir(cfg: AgentRLConfig, resume: str | None) -> None:
-    """Refuse a non-empty output_dir unless resuming or ``overwrite_output_dir`` (which clears it):
-    a new run must never leave a mixture of two runs' checkpoints and rollouts. Main process only
-    (the others start after it, under accelerate)."""
-    if int(os.environ.get("RANK", "0")) != 0:
-        return
+def check_output_dir(cfg: AgentRLConfig, resume: str | None) -> bool:
+    """RecipeError when output_dir cannot take this run: a file, or a non-empty folder without a
+    resume or ``overwrite_output_dir`` (a new run must never mix with another's checkpoints and
+    rollouts). True when it is to be cleared first. No side effects (a launcher checks it too)."""
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():
         raise RecipeError(f"output_dir {out} is a file")
     if resume is not None or not out.is_dir() or not any(out.iterdir()):
-        return
+        return False
     if not cfg.overwrite_output_dir:
         raise RecipeError(f"output_dir {out} is not empty: resume with --resume_from_checkpoint true, "
                           "clear it with --overwrite_output_dir true, or pick another --output_dir")
     if out.resolve() in (Path.cwd().resolve(), Path.home().resolve(), Path("/")):
         raise RecipeError(f"overwrite_output_dir: refusing to clear {out}")
-    shutil.rmtree(out)
+    return True
+
+
+def prepare_output_dir(cfg: AgentRLConfig, resume: str | None) -> None:
+    """``check_output_dir``, then clear the folder when asked to. Main process only (the others
+    start after it, under accelerate)."""
+    if int(os.environ.get("RANK", "0")) == 0 and check_output_dir(cfg, resume):
+        shutil.rmtree(cfg.output_dir)
 
 
 # the files agentrl train writes into output_dir before its first checkpoint

@@ -164,6 +164,6 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
     given = set(data) | {_key(t) for t in overrides if t.startswith("--")}
     cfg.recipe_keys = sorted(k for k in given if k in config_keys())  # what runinfo.resolved_recipe writes back
     validate_config(cfg)
-    if notice and os.environ.get("LOCAL_RANK", "0") == "0":
+    if notice and os.environ.get("LOCAL_RANK", "0") == "0" and not os.environ.get("AGENTRL_RECIPE_VALIDATED"):
         print(f"agentrl: {notice}", file=sys.stderr)
     return cfg

@@ -158,3 +158,49 @@ def test_card_command_under_accelerate_is_one_line_without_a_traceback(tmp_path)
     h = subprocess.run([accelerate, "launch", "--help"], env=_env(tmp_path), capture_output=True, text=True,
                        timeout=120)
     assert h.returncode == 0 and "usage: accelerate <command> [<args>] launch" in h.stdout
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--learnin_rate", "0.1"], "unknown config key 'learnin_rate' in command line; did you mean learning_rate?"),
+    (["--max_steps", "0"], "max_steps must be >= 1 (or -1: num_train_epochs decides), got 0"),
+])
+def test_a_recipe_error_under_accelerate_launch_is_one_line(tmp_path, tiny_model_dir, extra, said):
+    # validated in the launching process, before a worker starts: one line, exit 2, no traceback
+    accelerate = str(Path(sys.executable).parent / "accelerate")
+    r = subprocess.run([accelerate, "launch", "--num_processes", "1", TINY, "--model_name_or_path", tiny_model_dir,
+                        "--output_dir", str(tmp_path / "o"), *extra], cwd=REPO, env=_env(tmp_path),
+                       capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and lines == [f"agentrl train: error: {said}"], r.stderr[-2000:]
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_reused_output_folder_under_accelerate_launch_is_one_line(tmp_path, tiny_model_dir):
+    out = tmp_path / "used"
+    out.mkdir()
+    (out / "keep.txt").write_text("another run's file")
+    accelerate = str(Path(sys.executable).parent / "accelerate")
+    r = subprocess.run([accelerate, "launch", "--num_processes", "1", TINY, "--model_name_or_path", tiny_model_dir,
+                        "--output_dir", str(out)], cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
+                       timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and lines == [f"agentrl train: error: output_dir {out} is not empty: resume with "
+                                           "--resume_from_checkpoint true, clear it with --overwrite_output_dir "
+                                           "true, or pick another --output_dir"], r.stderr[-2000:]
+    assert (out / "keep.txt").read_text() == "another run's file"
+
+
+def test_a_workers_exit_2_ends_the_launch_without_a_traceback(tmp_path, tiny_model_dir):
+    # an error only the worker can see (the fingerprint layer against the model's 2 blocks, read when
+    # the trainer is built): its one line, then the launch ends with exit 2, not accelerate's
+    # CalledProcessError traceback
+    accelerate = str(Path(sys.executable).parent / "accelerate")
+    quiet = ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]  # no banner of defaults
+    r = subprocess.run([accelerate, "launch", "--num_processes", "1", *quiet, TINY, "--model_name_or_path",
+                        tiny_model_dir, "--output_dir", str(tmp_path / "o"), "--credit", "bigpo",
+                        "--fingerprint_layer", "5"], cwd=REPO, env=_env(tmp_path), capture_output=True, text=True,
+                       timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln and "warn" not in ln]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert lines[-1] == ("agentrl train: error: fingerprint_layer 5 is out of range for a model with 2 decoder "
+                         "layers (valid: -2..1)"), lines
