@@ -159,8 +159,9 @@ def _same_run(ref: Path, out: Path, what: str) -> None:
 def models(tmp_path_factory):
     import importlib.util
 
-    from agentrl.models import build_tiny_model
     from conftest import COUNT_CORPUS
+
+    from agentrl.models import build_tiny_model
 
     spec = importlib.util.spec_from_file_location("collab_conftest", COLLAB / "conftest.py")
     collab_conftest = importlib.util.module_from_spec(spec)
