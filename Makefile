@@ -200,7 +200,7 @@ repro-rtmc-cpu: setup
 check-recipes: setup
 	@set -e; for r in $(call RECIPES_IN,recipes/*.yaml recipes/*/*.yaml recipes/*/cpu/*.yaml); do \
 	  printf '%s: ' $$r; extra=; \
-	  case $$r in recipes/demo_tiny.yaml|*_tiny_*) extra="--model_name_or_path smollm2";; esac; \
+	  case $$r in recipes/demo_tiny.yaml) extra="--model_name_or_path smollm2";; esac; \
 	  $(BIN)/python -m agentrl check-recipe $$r $$extra; done
 
 # --- APPO (arXiv:2606.12384): Tables 1, 3, 4 on GPUs; a CPU subset here -----------------------

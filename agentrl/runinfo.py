@@ -76,14 +76,21 @@ def library_versions() -> dict[str, str | None]:
 
 def write_run_info(cfg, argv: list[str] | None = None) -> None:
     """``recipe.yaml`` and ``run_info.json`` in ``cfg.output_dir``."""
+    write_run_files(cfg.output_dir, resolved_recipe(cfg), argv)
+
+
+def write_run_files(output_dir: str | Path, recipe: dict[str, Any], argv: list[str] | None = None,
+                    by: str = "agentrl train") -> None:
+    """``recipe.yaml`` (``recipe``, the run's resolved keys) and ``run_info.json`` (versions, git
+    commit, command line) in ``output_dir``: the record every run folder has (RL and SFT)."""
     import yaml
 
     from agentrl import __version__
 
-    out = Path(cfg.output_dir)
+    out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    header = "# The resolved recipe of this run (after CLI overrides), written by agentrl train.\n"
-    (out / RECIPE_FILE).write_text(header + yaml.safe_dump(resolved_recipe(cfg), sort_keys=False))
+    header = f"# The resolved recipe of this run (after CLI overrides), written by {by}.\n"
+    (out / RECIPE_FILE).write_text(header + yaml.safe_dump(_jsonable(recipe), sort_keys=False))
     info = {"agentrl": __version__, "python": sys.version.split()[0], "libraries": library_versions(),
             "git": git_commit(),
             # the process's own command line (python -m agentrl.demo ..., accelerate's python -u ...)

@@ -60,6 +60,9 @@ class ExpertData:
     """Episodes the expert won."""
     corpus: list[str] = field(default_factory=list)
     """Env text seen while collecting (user messages and actions): a tokenizer corpus."""
+    records: list[dict[str, Any]] = field(default_factory=list)
+    """Every expert step as a step record (``agentrl.records.StepRecord.to_dict``): the run
+    record's ``rollouts/iter_00000.jsonl``, so ``agentrl show`` prints what SFT imitated."""
 
 
 def make_env(env_id: str, env_kwargs: dict | None = None):
@@ -109,10 +112,12 @@ def collect_expert(
             ep_steps.append(ExpertStep(user, body, str(info.get("task_family", ""))))
             response = format_action(body)
             data.corpus += [user, response]
-            next_obs, _r, terminated, truncated, info = env.step(response)
+            family = str(info.get("task_family", "")) or None
+            next_obs, r, terminated, truncated, info = env.step(response)
             history.append((obs, info.get("action") or body))
-            obs = next_obs
             won = bool(info.get("won"))
+            data.records.append(_expert_record(seed, t, obs, response, r, terminated or truncated, won, family))
+            obs = next_obs
             if terminated or truncated:
                 break
         data.episodes += 1
@@ -121,6 +126,44 @@ def collect_expert(
             data.steps += ep_steps
     env.close()
     return data
+
+
+def _expert_record(seed: int, t: int, obs: str, response: str, reward: float, done: bool, won: bool,
+                   family: str | None) -> dict[str, Any]:
+    from agentrl.records import StepRecord
+
+    rec = StepRecord(group_id=f"expert:{seed}", traj_id=f"expert:{seed}", t=t, obs=obs, action=response,
+                     reward=float(reward), done=bool(done), won=won, task_family=family,
+                     info={"response": response, "advantage": 0.0, "env_reward": float(reward)})
+    return rec.to_dict()
+
+
+def write_run_record(out: Path, settings: dict[str, Any], metrics: dict[str, Any], records: list[dict],
+                     argv: list[str] | None = None) -> None:
+    """What an RL run's folder holds, for an SFT folder: ``recipe.yaml`` (the settings an episode
+    depends on, so ``agentrl eval`` replays them), ``run_info.json``, ``metrics.jsonl`` (the loss
+    curve) and the expert's episodes as ``rollouts/iter_00000.jsonl`` (``agentrl show``)."""
+    from agentrl.records import write_jsonl
+    from agentrl.runinfo import METRICS_FILE, write_run_files
+
+    write_run_files(out, settings, argv, by="agentrl sft")
+    with (out / METRICS_FILE).open("w") as f:
+        for step, loss in metrics.get("loss_curve", []):
+            f.write(json.dumps({"step": step, "loss": loss}) + "\n")
+    write_jsonl(records, out / "rollouts" / "iter_00000.jsonl")
+
+
+def run_settings(env_id: str, model: str, env_kwargs: dict | None, options: dict | None, history_length: int,
+                 prefill: str = ACTION_OPEN, max_length: int = 2048, **train) -> dict[str, Any]:
+    """The recipe keys of an SFT run, as an RL recipe names them (the window context's)."""
+    from agentrl.recipe_keys import default_of
+
+    opts = dict(options or {})
+    return {"env_id": env_id, "env_kwargs": dict(env_kwargs or {}), "context_mode": "window",
+            "history_length": history_length, "prefill": prefill,
+            "max_completion_length": default_of("max_completion_length"), "max_prompt_tokens": max_length,
+            "max_turns": None, "task_split": opts.pop("split", "train"), "task_families": opts.pop("families", None),
+            "task_options": opts, "model_name_or_path": model, **train}
 
 
 def prompt_ids(tokenizer, user: str, prefill: str = ACTION_OPEN) -> list[int]:
@@ -281,6 +324,7 @@ def run_sft(
     options: dict | None = None,
     env_kwargs: dict | None = None,
     history_length: int = 2,
+    argv: list[str] | None = None,
     **train_kwargs,
 ) -> dict[str, Any]:
     """Collect expert episodes (seeds ``seed_start..+episodes``), write the chat data, train.
@@ -294,6 +338,7 @@ def run_sft(
         options: reset options; ``split`` defaults to ``train`` so held-out tasks stay unseen.
         env_kwargs: ``gymnasium.make`` kwargs (e.g. ``{"prompt_style": "compact"}``).
         history_length: steps of history in the prompt; use the RL recipe's value.
+        argv: the command line, for ``run_info.json``.
         **train_kwargs: passed to ``sft_train``.
     """
     if episodes <= 0:
@@ -311,6 +356,9 @@ def run_sft(
     metrics.update({"env": env_id, "options": options, "env_kwargs": env_kwargs or {},
                     "expert_episodes": data.episodes, "expert_won": data.won})
     (out / "sft_metrics.json").write_text(json.dumps(metrics, indent=2))
+    keep = {k: train_kwargs[k] for k in ("max_steps", "learning_rate", "seed") if k in train_kwargs}
+    write_run_record(out, run_settings(env_id, model, env_kwargs, options, history_length, **keep), metrics,
+                     data.records, argv)
     return metrics
 
 
@@ -350,8 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         m = run_sft(args.env, args.model, args.out, args.episodes, args.seed_start,
                     _json_dict(args.options, "--options"), _json_dict(args.env_kwargs, "--env-kwargs"),
-                    args.history_length, max_steps=args.max_steps, epochs=args.epochs,
-                    learning_rate=args.lr, batch_size=args.batch_size, seed=args.seed)
+                    args.history_length, argv=list(sys.argv[1:] if argv is None else argv), max_steps=args.max_steps,
+                    epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size, seed=args.seed)
     except (SFTError, ValueError) as e:
         print(f"agentrl sft: {e}", file=sys.stderr)
         return 2

@@ -139,3 +139,31 @@ def test_sft_metrics_written(tiny, tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "o" / "sft_data.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and m["examples"] == 4
     assert (tmp_path / "o" / "config.json").is_file() and (tmp_path / "o" / "tokenizer_config.json").is_file()
+
+
+def test_an_sft_folder_is_a_run_folder(tiny, tmp_path, capsys):
+    # the same record as an RL run: `agentrl eval` replays its settings without flags, `agentrl show`
+    # prints the expert's episodes it imitated, metrics.jsonl has the loss curve
+    from agentrl.cli import main
+    from agentrl.sft import run_sft
+
+    out = tmp_path / "sft"
+    run_sft(ENV, str(tiny), out, episodes=2, options={"families": ["depth2"]}, env_kwargs=EK, history_length=1,
+            max_steps=2, batch_size=2, quiet=True, logging_steps=1, argv=["--env", ENV])
+    from agentrl.runinfo import training_settings
+
+    settings, source = training_settings(out)
+    assert source == str(out / "recipe.yaml")
+    assert (settings["env_id"], settings["env_kwargs"], settings["context_mode"], settings["history_length"]) == (
+        ENV, EK, "window", 1)
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert json.loads((out / "run_info.json").read_text())["train_args"] == ["--env", ENV]
+    capsys.readouterr()
+    assert main(["show", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "expert:0" in table and "expert:1" in table  # one group per expert episode
+    assert main(["eval", "--checkpoint", str(out), "--split", "train", "--episodes", "2", "--max-turns", "2",
+                 "--out", str(tmp_path / "e.json")]) == 0
+    (ev,) = json.loads((tmp_path / "e.json").read_text())
+    assert ev["env_id"] == ENV and ev["all"]["episodes"] == 2
+    assert ev["settings"]["history_length"] == 1 and ev["settings"]["env_kwargs"] == EK  # the SFT run's own
