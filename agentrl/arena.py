@@ -226,7 +226,8 @@ def _check_contender(cfg) -> None:
     """What ``agentrl.train`` would refuse for this contender, raised before any run starts
     (e.g. bipace_q's fingerprint layer on a model with fewer blocks): a RecipeError."""
     from agentrl.config import credit_kwargs, validate_config
-    from agentrl.trainer.agent_trainer import _check_fingerprint_layer, credit_requirements
+    from agentrl.trainer.credited import credit_requirements
+    from agentrl.trainer.tasks import _check_fingerprint_layer
 
     validate_config(cfg)
     if "fingerprint" in credit_requirements(cfg.credit, credit_kwargs(cfg)) and Path(cfg.model_name_or_path).is_dir():

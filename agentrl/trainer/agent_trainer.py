@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,54 +58,17 @@ from agentrl.rollout.rows import (
     row_target,
 )
 from agentrl.rollout.settings import RolloutSettings
+from agentrl.trainer.credited import Credited, compute_credit, credit_requirements
 from agentrl.trainer.guard import HeldScheduler, NonFiniteGuard, nonfinite_grads
 from agentrl.trainer.logprobs import completion_logps
 from agentrl.trainer.tasks import EpochTaskOrder, _check_fingerprint_layer, build_task_dataset, env_reward
-from agentrl.trainer.update import cudnn_attention, log_loss_metrics, loss_settings, reference_logps
-
-
-# ----------------------------------------------------------------------------------- credit glue
-def credit_requirements(name: str, kw: dict[str, Any]) -> frozenset:
-    from agentrl import credit
-
-    return frozenset(credit.requirements(name, **kw))
-
-
-def compute_credit(name: str, records: list[StepRecord], kw: dict[str, Any]) -> tuple[np.ndarray, dict[str, float]]:
-    """Step advantages aligned with ``records`` + diagnostics, via agentrl.credit."""
-    if not records:
-        return np.zeros(0), {}
-    from agentrl import credit
-
-    res = credit.compute(name, records, **kw)
-    adv = np.asarray(res.step_advantages, dtype=np.float64)
-    if adv.shape[0] != len(records):
-        raise ValueError(f"credit {name!r} returned {adv.shape[0]} advantages for {len(records)} records")
-    return adv, dict(res.diagnostics or {})
-
-
-@dataclass
-class Credited:
-    """The global step records of one iteration with their advantages."""
-
-    records: list[StepRecord]
-    """All ranks' records, rank by rank."""
-    advantages: np.ndarray
-    """One advantage per record (the credit module's output)."""
-    diagnostics: dict[str, Any]
-    """The credit module's diagnostics (logged as ``credit/<name>``)."""
-    offset: int
-    """Index of this rank's first record in ``records``."""
-    n_local: int
-    """Number of this rank's records."""
-    seconds: float
-    """Time spent gathering and computing credit."""
-    per_token: dict[str, np.ndarray] = field(default_factory=dict)
-    """traj_id -> token advantages replacing that episode's per-record ones (the algorithm's)."""
-
-    def local(self) -> np.ndarray:
-        """This rank's advantages, aligned with its episodes' steps."""
-        return self.advantages[self.offset: self.offset + self.n_local]
+from agentrl.trainer.update import (
+    cudnn_attention,
+    log_loss_metrics,
+    loss_settings,
+    ref_logps_of,
+    reference_logps,
+)
 
 
 class AgentGRPOTrainer(GRPOTrainer):
@@ -426,7 +388,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             for i in range(0, len(rows), size):
                 mb = {k: v.to(self.accelerator.device) for k, v in pack_rows(rows[i:i + size], pid).items()}
                 lp, ent = completion_logps(self.model, mb, self.accelerator.autocast, entropy=entropy)
-                ref = reference_logps_of(self, mb) if reference else None
+                ref = ref_logps_of(self, mb) if reference else None
                 for j, t in enumerate((lp, ent, ref)):
                     if t is not None:
                         parts[j].append(np.pad(t.float().cpu().numpy(), ((0, 0), (0, width - t.shape[1]))))
@@ -615,10 +577,3 @@ class AgentGRPOTrainer(GRPOTrainer):
 
 GUARD_FILE = "nonfinite_guard.json"
 """The non-finite guard's counts in a checkpoint folder."""
-
-
-def reference_logps_of(trainer, mb: dict[str, Any]) -> torch.Tensor:
-    """Reference log-probs of a packed micro-batch (``completion_logps(reference=True)``)."""
-    from agentrl.trainer.update import _ref_logps
-
-    return _ref_logps(trainer, mb)

@@ -54,11 +54,13 @@ def reference_logps(trainer, mb: dict[str, Any]) -> dict[str, torch.Tensor]:
         with trainer.runner.policy(mb):
             out["old_logps"] = completion_logps(trainer.runner.loss_model(mb), mb, autocast)[0]
     if trainer.beta != 0.0:
-        out["ref_logps"] = _ref_logps(trainer, mb)
+        out["ref_logps"] = ref_logps_of(trainer, mb)
     return out
 
 
-def _ref_logps(trainer, mb: dict[str, Any]) -> torch.Tensor:
+def ref_logps_of(trainer, mb: dict[str, Any]) -> torch.Tensor:
+    """The reference's log-probs of a packed micro-batch: the reference model, or with PEFT the
+    base model with the adapter disabled (TRL's 'ref' adapter where one is loaded)."""
     autocast = trainer.accelerator.autocast
     if trainer.ref_model is not None:
         return completion_logps(trainer.ref_model, mb, autocast)[0]

@@ -3,6 +3,7 @@ itself with SIGKILL at POINT when the trainer is at global step STEP (fault inje
 tests/trainer/test_checkpoint_faults.py). Points, in the order a step and its save run:
 
 - ``mid_step``: inside the training step after step STEP (nothing of that step saved);
+- ``mid_rollout``: in the rollout of the step after STEP, at its second env step (some turns played);
 - ``save_start``: entering the checkpoint save of step STEP;
 - ``after_weights``: the weights of checkpoint STEP written, not its optimizer;
 - ``after_optimizer``: weights and optimizer written, not the RNG states;
@@ -43,8 +44,31 @@ def at(cls, name, when, get_trainer=lambda self: self):
     setattr(cls, name, patched)
 
 
+_orig_init = AgentGRPOTrainer.__init__
+
+
+def _keep_trainer(self, *a, **kw):
+    _orig_init(self, *a, **kw)
+    state["trainer"] = self
+
+
+AgentGRPOTrainer.__init__ = _keep_trainer  # the points below that patch module functions ask it its step
+
 if point == "mid_step":
     at(AgentGRPOTrainer, "training_step", point)
+elif point == "mid_rollout":
+    from agentrl.rollout import episodes
+
+    orig_step, env_steps = episodes._Rollout._step, []
+
+    def env_step(self, *a, **kw):
+        if state["trainer"] is not None and state["trainer"].state.global_step == step:
+            env_steps.append(1)
+            if len(env_steps) == 2:
+                die()
+        return orig_step(self, *a, **kw)
+
+    episodes._Rollout._step = env_step
 elif point == "save_start":
     at(Trainer, "_save_checkpoint", point)
 elif point == "after_weights":
@@ -52,13 +76,6 @@ elif point == "after_weights":
 elif point == "after_optimizer":
     at(Trainer, "_save_rng_state", point)
 elif point == "before_state":
-    orig_init = AgentGRPOTrainer.__init__
-
-    def init(self, *a, **kw):
-        orig_init(self, *a, **kw)
-        state["trainer"] = self
-
-    AgentGRPOTrainer.__init__ = init
     orig_save = TrainerState.save_to_json
 
     def save_to_json(self, path):
@@ -68,13 +85,6 @@ elif point == "before_state":
 
     TrainerState.save_to_json = save_to_json
 elif point in ("before_publish", "before_rotate"):
-    orig_init = AgentGRPOTrainer.__init__
-
-    def init(self, *a, **kw):
-        orig_init(self, *a, **kw)
-        state["trainer"] = self
-
-    AgentGRPOTrainer.__init__ = init
     name, mod = ("publish", ckpts) if point == "before_publish" else ("rotate_checkpoints", trainer_utils)
     orig = getattr(mod, name)
 

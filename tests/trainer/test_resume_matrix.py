@@ -78,7 +78,7 @@ class Cell:
 CELLS = {
     # GRPO-style: window and trajectory contexts, BiPACE_Q with fingerprints, LoRA, the guard's count
     "grpo_window": Cell(COUNT, [("mid_step", 3), ("after_weights", 3)], slow=False),
-    "grpo_trajectory": Cell(dict(COUNT, context_mode="trajectory"), [("before_publish", 3)]),
+    "grpo_trajectory": Cell(dict(COUNT, context_mode="trajectory"), [("before_publish", 3), ("mid_rollout", 2)]),
     "bipace_q_fingerprints": Cell(dict(COUNT, credit="bipace_q", fingerprint_layer=-1), [("mid_step", 2)]),
     "lora": Cell(dict(COUNT, use_peft=True, lora_r=4, lora_alpha=8, lora_dropout=0.0, beta=0.04),
                  [("before_publish", 3)]),
@@ -86,7 +86,7 @@ CELLS = {
                              algorithm_kwargs={"steps": [2]}), [("mid_step", 3)], slow=False),
     # APPO: branch points, the prompt pool, its sampling
     "appo": Cell(dict(COUNT, context_mode="trajectory", algorithm="appo", credit="appo", beta=0.001,
-                      credit_kwargs={"budget": 2, "omega_baseline": "behaviour"}), [("mid_step", 2)]),
+                      credit_kwargs={"budget": 2, "omega_baseline": "behaviour"}), [("mid_step", 2), ("mid_rollout", 1)]),
     # 2-process ZeRO-3 on CPU
     "zero3_grpo": Cell(dict(COUNT, use_cpu=False, per_device_train_batch_size=2), [("before_publish", 3)],
                        launcher="zero3"),
@@ -97,12 +97,12 @@ CELLS = {
                              model="collab"),
     "ccpo_lora_blocks": Cell(collab("lora", "blocks"), [("before_publish", 3), ("before_publish", 5)],
                              model="collab"),
-    "ccpo_shared_both": Cell(collab("shared", "both"), [("mid_step", 3)], model="collab"),
-    "ccpo_full_both": Cell(collab("full", "both"), [("before_publish", 5)], model="collab"),
-    "ccpo_lora_both": Cell(collab("lora", "both"), [("before_publish", 5)], model="collab"),
+    "ccpo_shared_both": Cell(collab("shared", "both"), [("mid_step", 3), ("mid_rollout", 2)], model="collab"),
+    "ccpo_full_both": Cell(collab("full", "both"), [("before_publish", 4), ("mid_step", 5)], model="collab"),
+    "ccpo_lora_both": Cell(collab("lora", "both"), [("before_publish", 4), ("mid_step", 5)], model="collab"),
     "sepo_full_blocks": Cell(collab("full", "blocks", credit="sepo"), [("before_publish", 3), ("before_publish", 5)],
                              model="collab"),
-    "sepo_lora_both": Cell(collab("lora", "both", credit="sepo"), [("before_publish", 5)], model="collab"),
+    "sepo_lora_both": Cell(collab("lora", "both", credit="sepo"), [("before_publish", 6)], model="collab"),
 }
 
 
@@ -132,9 +132,14 @@ def _metrics(out: Path) -> list[dict]:
 
 
 def _weights(out: Path) -> dict[str, dict[str, torch.Tensor]]:
-    """Every safetensors file of the final run folder (the model or adapter, each policy)."""
+    """Every safetensors file of the final run folder (the model or adapter, each policy); under ZeRO-3
+    without a 16-bit save the final folder holds DeepSpeed's shards: their fp32 weights, gathered."""
     files = [p for p in out.rglob("*.safetensors") if not any(part.startswith(("checkpoint-", ".partial"))
                                                               for part in p.relative_to(out).parts)]
+    if not files and (out / "latest").is_file():
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        return {"zero3 fp32": get_fp32_state_dict_from_zero_checkpoint(str(out))}
     return {str(p.relative_to(out)): load_file(str(p)) for p in files}
 
 
