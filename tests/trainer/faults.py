@@ -1,5 +1,5 @@
 """A test plug-in (recipe ``env_modules: [faults]``, ``algorithm: faulty``): the default algorithm
-with a NaN or inf injected at chosen optimizer steps, into the loss or into one parameter's
+with a NaN or inf injected at chosen optimizer steps, into the loss or into one entry of a parameter's
 gradient, on every rank or one. Its metric ``faulty/param_sum`` (the sum of this rank's share of
 every trainable weight, taken at the start of each step's rollout) shows whether a step changed
 the weights.
@@ -23,14 +23,14 @@ class Faulty(Algorithm):
         "value": Param("nan", "what is injected", "choice", ("nan", "inf")),
         "steps": Param([2], "optimizer steps (1-based) that get it", "any"),
         "rank": Param(-1, "the rank that injects (-1: every rank)", "int", lo=-1),
-        "param": Param("model.layers.0.mlp.down_proj.weight", "the parameter whose gradient gets it", "str"),
+        "param": Param("model.layers.0.mlp.down_proj.weight", "the parameter one entry of whose gradient gets it", "str"),
     }
 
     def bind(self, trainer) -> None:
         self.trainer = trainer
         if self.kwargs["where"] == "grad":
             params = dict(trainer.model.named_parameters())
-            params[self.kwargs["param"]].register_hook(lambda g: g * self.poison())
+            params[self.kwargs["param"]].register_hook(self.poison_one_entry)
 
     def poison(self) -> float:
         """The factor of this moment: the injected value at a chosen step on a chosen rank, else 1."""
@@ -39,6 +39,15 @@ class Faulty(Algorithm):
         rank = self.kwargs["rank"]
         hit = step in self.kwargs["steps"] and rank in (-1, t.accelerator.process_index) and t.model.training
         return float(self.kwargs["value"]) if hit else 1.0
+
+    def poison_one_entry(self, grad: torch.Tensor) -> torch.Tensor:
+        """The gradient with its first entry times the factor (one bad entry of a large tensor)."""
+        factor = self.poison()
+        if factor == 1.0:
+            return grad
+        grad = grad.clone()
+        grad.view(-1)[0] = grad.view(-1)[0] * factor if grad.view(-1)[0] != 0 else factor
+        return grad
 
     def loss(self, config):
         return "faulty_dapo", {"poison": self.poison if self.kwargs["where"] == "loss" else (lambda: 1.0)}

@@ -35,6 +35,10 @@ def _batch(**kw) -> LossBatch:
 # masked sum 1.1 over 3 loss tokens; row means (-1.2 + 0.8) / 2 = -0.2 and 1.5
 @pytest.mark.parametrize("name, settings, want", [
     ("dapo", dict(tokens=3.0), 1.1 / 3),
+    # the optimizer step's loss tokens (6 over its micro-batches), not this micro-batch's 3
+    ("dapo", dict(tokens=6.0), 1.1 / 6),
+    # clip-higher (eps_low 0.2, eps_high 0.6): (0,0) r 1.5 is inside [0.8, 1.6]: -1.5; sum -1.5 + 0.8 + 1.5
+    ("dapo", dict(tokens=3.0, epsilon_low=0.2, epsilon_high=0.6), 0.8 / 3),
     ("bnpo", dict(accumulation=2.0), 1.1 / 3 / 2),
     ("grpo", dict(accumulation=1.0), (-0.2 + 1.5) / 2),
     ("dr_grpo", dict(max_completion_length=4, accumulation=1.0), 1.1 / (2 * 4)),
