@@ -155,15 +155,17 @@ def write_run_record(out: Path, settings: dict[str, Any], metrics: dict[str, Any
 
 def run_settings(env_id: str, model: str, env_kwargs: dict | None, options: dict | None, history_length: int,
                  prefill: str = ACTION_OPEN, max_length: int = 2048, **train) -> dict[str, Any]:
-    """The recipe keys of an SFT run, as an RL recipe names them (the window context's)."""
-    from agentrl.recipe_keys import default_of
+    """The recipe keys of an SFT run, as an RL recipe names them: every key an episode depends on
+    (``recipe_keys.episode_keys``; the defaults where SFT does not set it), the tasks and the model."""
+    from agentrl.recipe_keys import default_of, episode_keys
 
     opts = dict(options or {})
-    return {"env_id": env_id, "env_kwargs": dict(env_kwargs or {}), "context_mode": "window",
-            "history_length": history_length, "prefill": prefill,
-            "max_completion_length": default_of("max_completion_length"), "max_prompt_tokens": max_length,
-            "max_turns": None, "task_split": opts.pop("split", "train"), "task_families": opts.pop("families", None),
-            "task_options": opts, "model_name_or_path": model, **train}
+    settings = {k: default_of(k) for k in episode_keys()}
+    settings.update(env_id=env_id, env_kwargs=dict(env_kwargs or {}), context_mode="window",  # one row per step
+                    history_length=history_length, prefill=prefill, max_prompt_tokens=max_length, max_turns=None,
+                    task_split=opts.pop("split", "train"), task_families=opts.pop("families", None),
+                    task_options=opts, model_name_or_path=model)
+    return {**settings, **train}
 
 
 def prompt_ids(tokenizer, user: str, prefill: str = ACTION_OPEN) -> list[int]:

@@ -56,7 +56,7 @@ def test_accelerate_launch_recipe_one_process(tmp_path, tiny_model_dir):
     assert cmd[0] == sys.executable and cmd[cmd.index("-m") + 1:cmd.index("-m") + 3] == ["agentrl.train", TINY]
     assert f"fine-tuned version of `{tiny_model_dir}` (a local model folder)" in (out / "README.md").read_text()
     s = subprocess.run([sys.executable, "-m", "agentrl", "show", str(out)], capture_output=True, text=True)
-    assert s.returncode == 2 and len(s.stderr.strip().splitlines()) == 1 and "`save_rollouts: true`" in s.stderr
+    assert s.returncode == 0 and "32 step records, 2 groups" in s.stdout, s.stderr[-2000:]  # 2 tasks x 4 x 4 turns
 
 
 def test_accelerate_launch_relaunches_under_the_recipes_config(tmp_path, tiny_model_dir):
