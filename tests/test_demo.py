@@ -63,6 +63,35 @@ def test_practised_seeds_are_fresh_draws():
         practised_seeds([232], 2, 232)
 
 
+@pytest.mark.parametrize("name", ["tiny", "smollm2"])
+def test_designs_warm_start_on_their_recipes_prompts(name, tmp_path):
+    """The SFT examples must be the prompts RL and the evaluation see: each design's env_kwargs
+    and evaluation turn limit are its recipe's (a mismatch trains the warm start on other text)."""
+    from agentrl.config import load_recipe
+    from agentrl.demo import DESIGNS, RECIPES
+    from agentrl.models import build_tiny_model
+
+    design = DESIGNS[name]
+    model = build_tiny_model(tmp_path / "model", hidden_size=32)  # the demo passes its warm start
+    cfg = load_recipe(str(RECIPES / design["recipe"]), ["--model_name_or_path", str(model)])
+    assert cfg.env_kwargs == design["env_kwargs"]
+    assert cfg.max_turns == design["eval_turns"]
+
+
+def test_precision_autocasts_only_the_bf16_design():
+    import torch
+
+    from agentrl.demo import DESIGNS, precision
+
+    with precision(DESIGNS["smollm2"]):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        x = torch.ones(2, 3) @ torch.ones(3, 2)
+    assert x.dtype == torch.bfloat16  # a matmul inside runs in bf16
+    with precision(DESIGNS["tiny"]):
+        assert not torch.is_autocast_enabled("cpu")
+        assert (torch.ones(2, 3) @ torch.ones(3, 2)).dtype == torch.float32
+
+
 def test_brief_prompts_are_the_sft_examples():
     """The smollm2 design's prompt style, as the SFT warm start (and so RL) sees it: goal, the
     goal's recipes, inventory, the last result; no format line, no echoed command."""
