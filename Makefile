@@ -16,7 +16,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: gpu-check gpu-wheels truth truth-factorial setup demo demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
+.PHONY: gpu-check gpu-wheels truth truth-factorial setup demo demo-smollm2 demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
 	repro-bipace repro-salt repro-rtmc repro-bipace-cpu repro-salt-cpu repro-rtmc-cpu
 
 help:
@@ -33,6 +33,7 @@ help:
 	@echo "make repro-bipace|repro-salt|repro-rtmc [SEEDS='0 1 2'] [VLLM=1] - the papers' GPU runs"
 	@echo "make repro-bipace-cpu|repro-salt-cpu|repro-rtmc-cpu - SmolLM2 CPU subsets (minutes)"
 	@echo "make repro-appo|repro-ccpo [SEEDS=...] - APPO / CCPO-SEPO GPU runs; repro-appo-cpu|repro-ccpo-cpu - CPU subsets"
+	@echo "make demo-smollm2 - the demo with the pretrained SmolLM2-135M-Instruct on CPU (runs/demo_smollm2_seed0, ~75 min; SEED=1 for seed 1)"
 	@echo "make demo-quick  - the demo in minutes (runs/demo-quick); make arena-quick - a 2-step arena (runs/arena-quick)"
 	@echo "make test-fast   - the test suite without the slow tests; make test-alfworld-native - the native ALFWorld engine's tests"
 	@echo "make check-recipes - validate every recipe (agentrl check-recipe); make clean - remove runs/ and caches"
@@ -62,6 +63,11 @@ $(VENV)/.setup-done: pyproject.toml envs/pyproject.toml Makefile
 
 demo: setup
 	$(BIN)/python -m agentrl.demo --out runs/demo
+
+# The pretrained design: SmolLM2-135M-Instruct, SFT warm start, RL on the goals it is mediocre on.
+SEED ?= 0
+demo-smollm2: setup
+	$(BIN)/python -m agentrl.demo --design smollm2 --seed $(SEED) --out runs/demo_smollm2_seed$(SEED)
 
 demo-quick: setup
 	$(BIN)/python -m agentrl.demo --out runs/demo-quick --quick

