@@ -271,10 +271,26 @@ def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path
                       bf16=design["bf16"])
     m.pop("trainer", None)
     (sft_dir / "sft_metrics.json").write_text(json.dumps(m, indent=2))
+    sft.write_run_record(sft_dir, sft_record_settings(design, base, steps, s.seed), m, data.records)
     timings["sft_s"] = time.time() - t
     log(f"SFT: {m['train_steps']} steps in {timings['sft_s']:.0f}s, loss {m['loss_curve'][0][1]:.2f} -> "
         f"{m['loss_curve'][-1][1]:.2f}")
     return sft_dir
+
+
+def sft_record_settings(design: dict, base: str, steps: int, seed: int) -> dict[str, Any]:
+    """The warm start's run record: SFT's own settings with the RL recipe's values of every key an
+    episode depends on, so ``agentrl eval --checkpoint <out>/sft`` plays the episodes the demo's
+    "after SFT" figures come from (the recipe's turn limit and prompts), with no flags."""
+    from agentrl import sft
+    from agentrl.recipe_file import read_recipe_file
+    from agentrl.recipe_keys import episode_keys
+
+    recipe = read_recipe_file(RECIPES / design["recipe"])
+    settings = sft.run_settings(ENV_ID, base, design["env_kwargs"], {"split": "train", "families": FAMILIES},
+                                history_length=1, max_steps=steps, learning_rate=design["sft_lr"], seed=seed)
+    settings.update({k: recipe[k] for k in episode_keys() if k in recipe})
+    return {**settings, "model_name_or_path": base}
 
 
 def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: int, save_steps: int,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.demo import choose_goals, paired_gain, practised_seeds
+from agentrl.demo import DESIGNS, choose_goals, paired_gain, practised_seeds
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,6 +76,18 @@ def test_designs_warm_start_on_their_recipes_prompts(name, tmp_path):
     cfg = load_recipe(str(RECIPES / design["recipe"]), ["--model_name_or_path", str(model)])
     assert cfg.env_kwargs == design["env_kwargs"]
     assert cfg.max_turns == design["eval_turns"]
+
+
+@pytest.mark.parametrize("name", sorted(DESIGNS))
+def test_the_warm_starts_record_plays_the_recipes_episodes(name):
+    from agentrl.demo import sft_record_settings
+    from agentrl.recipe_file import read_recipe_file
+
+    recipe = read_recipe_file(REPO / "recipes" / DESIGNS[name]["recipe"])
+    got = sft_record_settings(DESIGNS[name], "/models/base", 12, 3)
+    for key in ("env_kwargs", "max_turns", "history_length", "context_mode", "task_split", "task_families"):
+        assert got[key] == recipe[key], key
+    assert (got["model_name_or_path"], got["max_steps"], got["seed"]) == ("/models/base", 12, 3)
 
 
 def test_precision_autocasts_only_the_bf16_design():
@@ -169,14 +181,17 @@ def test_demo_quick(tmp_path):
     # (episodes run until the 15-turn limit or a win, most quick-demo actions are invalid), and an
     # eval that played other seeds, turn limits, prompts or tokens would change them
     final = out / "rl" / f"checkpoint-{pr['curve'][-1][0]}"
-    for split, tasks, want in (("valid", ["--episodes", "12"], ho["after"]),
-                               ("train", ["--seeds", ",".join(map(str, seeds))], pr["after"])):
-        assert want["mean_length"] > 1 and want["invalid_rate"] > 0, (split, want)
-        ev = subprocess.run([sys.executable, "-m", "agentrl", "eval", "--checkpoint", str(final), "--split", split,
+    # the warm start is evaluable the same way (its run record holds the recipe's episode keys):
+    # `agentrl eval --checkpoint <out>/sft` gives the demo's "after SFT" figures
+    for ck, split, tasks, want in ((out / "sft", "valid", ["--episodes", "12"], ho["before"]),
+                                   (final, "valid", ["--episodes", "12"], ho["after"]),
+                                   (final, "train", ["--seeds", ",".join(map(str, seeds))], pr["after"])):
+        assert want["mean_length"] > 1 and want["invalid_rate"] > 0, (ck.name, split, want)
+        ev = subprocess.run([sys.executable, "-m", "agentrl", "eval", "--checkpoint", str(ck), "--split", split,
                              *tasks, "--families", "depth2", "--out", str(out / f"eval_{split}.json")],
                             cwd=REPO, capture_output=True, text=True, timeout=900,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"})
         assert ev.returncode == 0, ev.stderr[-2000:]
         (got,) = json.loads((out / f"eval_{split}.json").read_text())
         for key in ("success", "mean_length", "invalid_rate"):
-            assert got["all"][key] == pytest.approx(want[key], abs=1e-9), (split, key)
+            assert got["all"][key] == pytest.approx(want[key], abs=1e-9), (ck.name, split, key)
