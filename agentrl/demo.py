@@ -55,8 +55,8 @@ DESIGNS: dict[str, dict[str, Any]] = {
                  rl_steps=40, save_steps=10, practised_goals=16, selection_pool=232, selection_samples=8,
                  fresh_draws=4, eval_episodes=118, eval_turns=15),
     "smollm2": dict(recipe="demo_smollm2.yaml", env_kwargs={"prompt_style": "brief", "invalid_action_penalty": 0.0},
-                    sft_episodes=232, sft_steps=80, sft_lr=1e-4, sft_batch=8, threads=1, bf16=True, rl_steps=24,
-                    save_steps=12, practised_goals=16, selection_pool=48, selection_samples=4, fresh_draws=2,
+                    sft_episodes=232, sft_steps=80, sft_lr=1e-4, sft_batch=8, threads=1, bf16=True, rl_steps=16,
+                    save_steps=8, practised_goals=8, selection_pool=48, selection_samples=4, fresh_draws=4,
                     eval_episodes=59, eval_turns=8),
 }
 # eval_turns as the recipe's max_turns: `agentrl eval` of a demo checkpoint gives the demo's figure

@@ -76,6 +76,7 @@ def test_designs_warm_start_on_their_recipes_prompts(name, tmp_path):
     cfg = load_recipe(str(RECIPES / design["recipe"]), ["--model_name_or_path", str(model)])
     assert cfg.env_kwargs == design["env_kwargs"]
     assert cfg.max_turns == design["eval_turns"]
+    assert cfg.max_steps == design["rl_steps"]  # the recipe run by hand trains as long as the demo
 
 
 @pytest.mark.parametrize("name", sorted(DESIGNS))
