@@ -431,10 +431,7 @@ class TextCraftEnv(TextEnv):
 
     def compact_prompt(self, obs: str, history: list[tuple[str, str]]) -> str:
         """Goal, the goal's recipes (no distractors), inventory, the last step, the format."""
-        inv = ", ".join(f"{v} {k}" for k, v in self.inventory().items()) or "nothing"
-        lines = [f"Goal: craft {_name(self._goal)}.", "Recipes:"]
-        lines += self._relevant
-        lines.append(f"Inventory: {inv}.")
+        lines = [self._goal_line(), "Recipes:", *self._relevant, self._inventory_line()]
         if history:  # history holds (observation before, action); ``obs`` is that action's result
             a = history[-1][1]
             a = parse_action(a) or a if "<action>" in a.lower() else a
@@ -446,8 +443,14 @@ class TextCraftEnv(TextEnv):
         """The compact prompt's content in fewer tokens: goal, the goal's recipes, inventory and
         the last step's result (it names the item, so the command is not echoed). The format is
         left to the ``<action>`` prefill and the warm start."""
-        inv = ", ".join(f"{v} {k}" for k, v in self.inventory().items()) or "nothing"
-        lines = [f"Goal: craft {_name(self._goal)}.", *self._relevant, f"Inventory: {inv}."]
+        lines = [self._goal_line(), *self._relevant, self._inventory_line()]
         if history:  # ``obs`` is the result of the last action
             lines.append(f"Last: {clip(obs)}")
         return "\n".join(lines)
+
+    def _goal_line(self) -> str:
+        return f"Goal: craft {_name(self._goal)}."
+
+    def _inventory_line(self) -> str:
+        inv = ", ".join(f"{v} {k}" for k, v in self.inventory().items()) or "nothing"
+        return f"Inventory: {inv}."
