@@ -8,8 +8,9 @@ single-turn TextCraft episode (env reset, prompt, generate, env step, credit, ro
 the same completions with a constant reward function.
 
 Timing: a step is the wall time from ``on_step_begin`` to ``on_step_end`` (generation, loss,
-backward and the optimizer step). It splits into *generation* (inside ``_generate_single_turn``,
-the same TRL method in both), *update* (the step outside the rollout step:
+backward and the optimizer step). It splits into *generation* (inside TRL's
+``_generate_single_turn``, or agentrl's ``PolicyGeneration``, which drives HF generate the same
+way), *update* (the step outside the rollout step:
 forward, backward, optimizer) and *rest* (everything else inside the rollout step, agentrl's
 ``make_iteration_batch`` or TRL's ``_generate_and_score_completions``: for agentrl the envs,
 credit and rows; for TRL rewards and advantages). Each repeat calls ``train()`` on both trainers, alternately (so that a change in
@@ -66,13 +67,24 @@ def _timed(cls):
     class Timed(cls):
         clock: _StepClock
 
-        def _generate_single_turn(self, *a, **kw):
-            self.clock.widths.append(max(len(p) for p in a[0]))
-            t0 = time.perf_counter()
-            try:
-                return super()._generate_single_turn(*a, **kw)
-            finally:
-                self.clock.cur["generation"] = self.clock.cur.get("generation", 0.0) + time.perf_counter() - t0
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            if hasattr(self, "source"):  # agentrl generates through its producer's PolicyGeneration
+                gen = self.source.player.generation
+                gen._completions = self._timed_generation(gen._completions)
+
+        def _timed_generation(self, fn):
+            def timed(prompts, *a, **kw):
+                self.clock.widths.append(max(len(p) for p in prompts))
+                t0 = time.perf_counter()
+                try:
+                    return fn(prompts, *a, **kw)
+                finally:
+                    self.clock.cur["generation"] = self.clock.cur.get("generation", 0.0) + time.perf_counter() - t0
+            return timed
+
+        def _generate_single_turn(self, *a, **kw):  # TRL's
+            return self._timed_generation(super()._generate_single_turn)(*a, **kw)
 
         def _generate_and_score_completions(self, *a, **kw):  # TRL's rollout step
             t0 = time.perf_counter()
