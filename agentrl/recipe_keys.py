@@ -147,6 +147,23 @@ class AgentKeys:
                             ">= 0 or 'auto'")
     env_timeout_s: float = knob(300.0, "Seconds one env call may take in a worker before its episode ends as an "
                                 "error.", ROLLOUT, lambda v: v > 0, "> 0")
+    rollout_mode: str = knob("sync", "'sync': each iteration is played in the training process on its current "
+                             "weights, then trained on. 'async': a producer process per rank, with its own copy of "
+                             "the policy, plays iteration b on the weights of step b - max_staleness while the "
+                             "trainer updates (agentrl.producer.async_source); the GRPO family with any credit "
+                             "module.", ROLLOUT, lambda v: v in ("sync", "async"), "'sync' or 'async'", identity=True)
+    max_staleness: int = knob(1, "async: how many policy versions (optimizer steps) older than the step it trains "
+                              "an iteration's episodes are: 0 plays each iteration after the step before it "
+                              "(the synchronous run, bit for bit), 1 overlaps an iteration's play with the previous "
+                              "update. Groups older than this are dropped and counted (async/dropped_groups).",
+                              ROLLOUT, at_least(0), ">= 0", identity=True)
+    async_heartbeat_s: float = knob(600.0, "async: a producer with no sign of progress (a generate call, an "
+                                    "iteration, a poll for weights) for this many seconds is killed and restarted.",
+                                    ROLLOUT, lambda v: v > 0, "> 0")
+    async_max_restarts: int = knob(2, "async: restarts of a producer that died or hung before the run stops with "
+                                   "one line (the newest checkpoint resumes it).", ROLLOUT, at_least(0), ">= 0")
+    async_producer_threads: int = knob(1, "async: torch threads of each producer process (the trainer keeps its "
+                                       "own OMP_NUM_THREADS).", ROLLOUT, at_least(1), ">= 1")
 
     # --- credit
     credit: str = knob("grpo", "Credit module name (agentrl.credit).", CREDIT, identity=True)

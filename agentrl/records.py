@@ -57,6 +57,10 @@ class StepRecord:
     ``penalty="step"``, to this step only, as the GiGPO/HGPO authors' trainer does."""
     truncated: bool = False
     """True on the last step when the episode ended by step limit, context length or env error."""
+    policy_version: int | None = None
+    """The policy version (optimizer steps applied to its weights) that generated the action: the
+    optimizer step of the iteration under synchronous rollouts, up to ``max_staleness`` less under
+    asynchronous ones."""
     info: dict[str, Any] = field(default_factory=dict)
     """Free-form extras (kept small: it is serialized to JSONL)."""
 

@@ -8,7 +8,14 @@ without it, ``algorithm_name`` infers it from the credit module: a collaboration
 
 from __future__ import annotations
 
-from agentrl.algorithms.base import Advantages, Algorithm, algorithm_names, get_algorithm, register_algorithm
+from agentrl.algorithms.base import (
+    Advantages,
+    Algorithm,
+    algorithm_names,
+    async_refusal,
+    get_algorithm,
+    register_algorithm,
+)
 
 from . import appo, collab  # noqa: F401,E402  (register the built-in plug-ins)
 
@@ -37,7 +44,10 @@ def check(cfg) -> None:
     except (KeyError, ValueError) as e:  # a KeyError's str() is its message quoted
         raise RecipeError(e.args[0] if e.args else str(e)) from None
     algo.check(cfg)
+    why = async_refusal(cfg, algo)
+    if why:
+        raise RecipeError(why)
 
 
-__all__ = ["Advantages", "Algorithm", "algorithm_name", "algorithm_names", "check", "for_config", "get_algorithm",
-           "register_algorithm"]
+__all__ = ["Advantages", "Algorithm", "algorithm_name", "algorithm_names", "async_refusal", "check", "for_config",
+           "get_algorithm", "register_algorithm"]

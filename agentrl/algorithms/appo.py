@@ -161,6 +161,9 @@ class Appo(Algorithm):
     Eq. 7 inputs and outputs (numpy) are the trainer's ``last_loss.debug``.
     """
 
+    plays_async = ("cannot play in a producer process: its branch points need the learner's forward of the "
+                   "current policy and its reference (use rollout_mode: sync)")
+
     def __init__(self, config=None):
         super().__init__(config)
         self.kwargs = appo_kwargs(config) if config is not None else {}

@@ -89,6 +89,9 @@ class Algorithm:
     name: ClassVar[str] = "grpo"
     params: ClassVar[dict[str, Param]] = {}
     """The algorithm's kwargs (recipe key ``algorithm_kwargs``), checked when the recipe loads."""
+    plays_async: ClassVar[str | None] = None
+    """None: its producer-side hooks run in a producer process (``rollout_mode: async``); else the
+    one line that says why they cannot."""
 
     def __init__(self, config=None):
         self.config = config
@@ -156,6 +159,22 @@ def get_algorithm(name: str) -> type[Algorithm]:
     if name not in _ALGORITHMS:
         raise KeyError(f"unknown algorithm {name!r}; registered: {', '.join(algorithm_names())}")
     return _ALGORITHMS[name]
+
+
+def async_refusal(cfg, algo: Algorithm) -> str | None:
+    """Why ``cfg`` cannot run with ``rollout_mode: async`` (None: it can)."""
+    if getattr(cfg, "rollout_mode", "sync") != "async":
+        return None
+    if algo.plays_async is not None:
+        return f"rollout_mode async: algorithm {algo.name!r} {algo.plays_async}"
+    if cfg.use_vllm:
+        return ("rollout_mode async generates with transformers in its producer process; with vLLM use "
+                "rollout_mode: sync")
+    if cfg.num_iterations != 1 or cfg.steps_per_generation != cfg.gradient_accumulation_steps:
+        return ("rollout_mode async trains one iteration per optimizer step: set num_iterations: 1 and "
+                f"steps_per_generation = gradient_accumulation_steps (got {cfg.num_iterations}, "
+                f"{cfg.steps_per_generation}, {cfg.gradient_accumulation_steps})")
+    return None
 
 
 def resolve_kwargs(cls: type[Algorithm], config) -> dict[str, Any]:

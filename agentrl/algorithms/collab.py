@@ -38,6 +38,8 @@ class Collab(Algorithm):
     """Role-by-role collaborations; the credit module is one of ``COLLAB_CREDITS`` (module docstring)."""
 
     params = PARAMS
+    plays_async = ("cannot play in a producer process: its roles swap weights inside the learner's model "
+                   "(use rollout_mode: sync)")
 
     def check(self, cfg):
         """The recipe's collaboration (``check_config``), its errors as one-line RecipeErrors."""

@@ -44,6 +44,10 @@ class RolloutBatch:
     version: int
     """The policy version (optimizer steps applied) whose weights played them."""
     times: RolloutTimes = field(default_factory=RolloutTimes)
+    wait_s: float | None = None
+    """The learner's seconds inside ``next`` (None: the rollout's own, ``times.rollout_s``)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The source's own metrics of the iteration (``async/*``)."""
 
 
 class RolloutSource(Protocol):

@@ -14,16 +14,26 @@ When ``fingerprint_layer`` is set, a call also returns each prompt's hidden stat
 (``agentrl.rollout.generation.FingerprintCapture``: captured during the prefill, no extra
 forward); under vLLM, which generates elsewhere, they are computed after the rollout
 (``fingerprints_after``: one truncated forward over every step's prompt, one parameter gather).
+
+**Keyed sampling.** Each call draws its random numbers from a generator seeded by a key of its own:
+(run seed, rank, optimizer step, training or evaluation, the play within the iteration, the call
+within the play) (``sampling_seed``), inside a fork of torch's global random state (nothing else
+the process draws moves it, and it moves nothing else). The same weights then give the same
+tokens wherever and whenever the call runs: a resumed run, a producer in another process (the
+asynchronous source at staleness 0 equals the synchronous run), or a rank whose other collectives
+differ. vLLM samples with its own generator and is not keyed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from agentrl.rollout.episodes import GenerateOutput
@@ -61,6 +71,26 @@ class GenerationSetup:
     cb_lm_head_fp32: bool = False
     fingerprint_layer: int | None = None
     """Capture fingerprints at this decoder layer (None: no fingerprints)."""
+    seed: int = 0
+    """The run's seed (the first part of every call's sampling key)."""
+    rank: int = 0
+    """This process's rank (the second part)."""
+
+
+def sampling_seed(*key: int) -> int:
+    """A 63-bit seed from a key of non-negative integers (``numpy.random.SeedSequence``: distinct
+    keys give independent streams)."""
+    return int(np.random.SeedSequence([int(k) for k in key]).generate_state(1, dtype=np.uint64)[0] % (2**63))
+
+
+@contextlib.contextmanager
+def keyed_rng(seed: int, device: torch.device | None = None) -> Iterator[None]:
+    """torch's global random state (CPU, and ``device`` when it is CUDA) seeded with ``seed``
+    inside, restored outside."""
+    devices = [device] if device is not None and device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
 
 
 class PolicyGeneration:
@@ -76,10 +106,18 @@ class PolicyGeneration:
         self.seconds = 0.0
         self.tokens = 0
         self.fingerprint_seconds = 0.0
+        self._key: tuple[int, ...] = (setup.seed, setup.rank, 0, 1, 0)
+        self._calls = 0
 
     def reset_counters(self) -> None:
         self.seconds = self.fingerprint_seconds = 0.0
         self.tokens = 0
+
+    def begin_play(self, step: int, training: bool, play: int) -> None:
+        """The calls that follow belong to play ``play`` of the iteration at optimizer step ``step``
+        (their sampling keys: module docstring)."""
+        self._key = (self.setup.seed, self.setup.rank, int(step), int(bool(training)), int(play))
+        self._calls = 0
 
     @property
     def fingerprints_with_generate(self) -> bool:
@@ -90,10 +128,13 @@ class PolicyGeneration:
     def __call__(self, prompts: list[list[int]]):
         t0 = time.perf_counter()
         fps = None
-        if self.fingerprints_with_generate:
-            completion_ids, fps = self._with_fingerprints(prompts)
-        else:
-            completion_ids = self._completions(prompts)
+        seed = sampling_seed(*self._key, self._calls)
+        self._calls += 1
+        with keyed_rng(seed, self.setup.accelerator.device):
+            if self.fingerprints_with_generate:
+                completion_ids, fps = self._with_fingerprints(prompts)
+            else:
+                completion_ids = self._completions(prompts)
         self.seconds += time.perf_counter() - t0
         self.tokens += sum(len(c) for c in completion_ids)
         completion_ids = [list(c) for c in completion_ids]

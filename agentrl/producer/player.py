@@ -52,6 +52,7 @@ class Player:
         """Whether the episodes train (False in evaluation)."""
         self.timing = RolloutTiming()
         self._envs = None
+        self._plays = 0
 
     # ------------------------------------------------------------------ what hooks use
     def settings(self, **overrides) -> RolloutSettings:
@@ -68,6 +69,8 @@ class Player:
         ``generate`` (token-id prompts -> completions) and its ``tokenizer`` (e.g. a role's policy).
         ``overrides`` are ``RolloutSettings`` fields (e.g. ``env_kwargs``, ``context_mode``)."""
         settings = self.settings(**overrides)
+        self.generation.begin_play(self.step, self.training, self._plays)
+        self._plays += 1
         return run_episodes(tasks, generate or self.generation, tokenizer or self.tokenizer, settings,
                             envs=self._env_batch(settings, len(tasks)), timing=self.timing)
 
@@ -88,7 +91,9 @@ class Player:
         return self._score(prompts, completions, entropy=entropy, reference=reference)
 
     # ------------------------------------------------------------------ for the source
-    def reset_times(self) -> None:
+    def begin(self, step: int, training: bool) -> None:
+        """A new iteration at optimizer step ``step``: its plays are counted from 0, its times from 0."""
+        self.step, self.training, self._plays = step, training, 0
         self.timing = RolloutTiming()
         self.generation.reset_counters()
 

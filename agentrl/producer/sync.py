@@ -39,17 +39,25 @@ class SyncSource:
     def publish(self, version: int) -> None:
         """The learner's weights are the ones this source plays with: nothing to send."""
 
-    def next(self, rows: list[dict[str, Any]], step: int, training: bool = True) -> RolloutBatch:
+    def next(self, rows: list[dict[str, Any]], step: int, training: bool = True,
+             version: int | None = None) -> RolloutBatch:
+        """The batch for optimizer step ``step``, played with the weights as they are, which are
+        policy version ``version`` (default: ``step``, the learner's own weights); every episode and
+        record is tagged with it."""
+        version = step if version is None else version
         p = self.player
-        p.step, p.training = step, training
+        p.begin(step, training)
         tasks = build_tasks(rows, step, p.ranks.rank)
-        p.reset_times()
         t0 = time.perf_counter()
         episodes = self.algorithm.roll_out(p, tasks)
         times = p.times(time.perf_counter() - t0)
         shape_rewards(episodes, self.valid_action_reward)
         self.algorithm.shape_rewards(episodes)
-        return RolloutBatch(episodes=episodes, version=step, times=times)
+        for ep in episodes:
+            ep.policy_version = version
+            for r in ep.steps:
+                r.policy_version = version
+        return RolloutBatch(episodes=episodes, version=version, times=times)
 
     def close(self) -> None:
         self.player.close()

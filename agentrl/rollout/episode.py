@@ -32,6 +32,8 @@ class Episode:
     ``context.rows(episode, advantages)`` gives its training rows."""
     tokens: Any = None
     """The context's per-episode state (``WindowTokens``, ``TrajectoryTokens``, ...)."""
+    policy_version: int | None = None
+    """The policy version (optimizer steps applied) whose weights played it; set by the rollout source."""
 
 
 @dataclass

@@ -37,11 +37,12 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from agentrl import losses
-from agentrl.algorithms import Advantages, Algorithm, for_config
+from agentrl.algorithms import Advantages, Algorithm, async_refusal, for_config
 from agentrl.algorithms.learner import Learner
 from agentrl.config import AgentRLConfig, credit_kwargs
 from agentrl.losses import LossBatch
 from agentrl.producer import GenerationSetup, Player, PolicyGeneration, RolloutBatch, SyncSource
+from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode
@@ -79,6 +80,9 @@ class AgentGRPOTrainer(GRPOTrainer):
                  peft_config=None, callbacks=None, algorithm: Algorithm | None = None):
         algorithm = algorithm or for_config(args)
         algorithm.check(args)  # a trainer built without load_recipe gets the same one-line refusals
+        why = async_refusal(args, algorithm)
+        if why:
+            raise RecipeError(why)
         credit_needs = credit_requirements(args.credit, credit_kwargs(args))
         if "fingerprint" in credit_needs:  # fail before the model loads, not at the first rollout
             _check_fingerprint_layer(model, args.fingerprint_layer)
@@ -112,10 +116,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         self.add_callback(EpochTaskOrder())  # a resumed run draws the tasks the uninterrupted one did
         self.learner = Learner(self)
         """What the algorithm's learner-side parts get (``agentrl.algorithms.learner``)."""
-        self.source = SyncSource(self._player(), algorithm, args.valid_action_reward)
-        """Where each iteration's episodes come from (``agentrl.producer``)."""
+        self._model_path = model if isinstance(model, str) else getattr(model, "name_or_path", None)
+        self.eval_source = SyncSource(self._player(), algorithm, args.valid_action_reward)
+        """Plays in this process on the current weights: every rollout of a synchronous run, the
+        evaluation rollouts of an asynchronous one."""
+        self.source = self._async_source() if args.rollout_mode == "async" else self.eval_source
+        """Where each training iteration's episodes come from (``agentrl.producer``)."""
         self.add_callback(_PublishWeights(self.source))
-        self.algorithm.bind(self.source.player, self.learner)
+        self.algorithm.bind(self.eval_source.player, self.learner)
         self.runner = self.algorithm.runner(self.learner)
         """Where the rows train (``agentrl.algorithms.runner``)."""
 
@@ -134,10 +142,57 @@ class AgentGRPOTrainer(GRPOTrainer):
             cb_config=getattr(self, "continuous_batching_config", None),
             cb_dtype=torch.bfloat16 if a.bf16 else torch.float16 if a.fp16 else None,
             cb_lm_head_fp32=bool(a.cast_lm_head_to_fp32),
-            fingerprint_layer=a.fingerprint_layer if self.need_fingerprint else None)
+            fingerprint_layer=a.fingerprint_layer if self.need_fingerprint else None, seed=a.seed,
+            rank=self.accelerator.process_index)
         generation = PolicyGeneration(setup, version=lambda: self.state.global_step)
         return Player(a, generation, self.processing_class, Ranks.of(self.accelerator), score=self.completion_logps,
                       progress=self.accelerator.is_main_process and not a.disable_tqdm)
+
+    def _async_source(self):
+        """The asynchronous source (``agentrl.producer.async_source``): a producer process per rank
+        with the model folder, the sampling settings and the task plan of this run."""
+        import sys
+
+        from agentrl.config import config_keys
+        from agentrl.models.lora import build_peft_config
+        from agentrl.producer.async_source import AsyncSettings, AsyncSource
+        from agentrl.producer.plan import TaskPlan
+        from agentrl.producer.worker import ProducerSpec
+
+        a, ranks = self.args, Ranks.of(self.accelerator)
+        if not self._model_path:
+            raise RecipeError("rollout_mode async needs the model as a folder (the producer loads it)")
+        init = {k: v for k, v in dict(a.model_init_kwargs or {}).items() if k != "device_map"}
+        gen = self.eval_source.player.generation.setup
+        spec = ProducerSpec(
+            config={**_picklable({k: getattr(a, k) for k in config_keys()}), "algorithm_name": self.algorithm.name},
+            model_path=str(self._model_path), model_init_kwargs=init, peft_config=build_peft_config(a),
+            generation_config=gen.generation_config, generation_kwargs=gen.generation_kwargs, pad_id=gen.pad_id,
+            eos_ids=gen.eos_ids, pad_to_multiple_of=gen.pad_to_multiple_of, fingerprint_layer=gen.fingerprint_layer,
+            autocast="bfloat16" if a.bf16 else "float16" if a.fp16 else None,
+            plan=TaskPlan.of(self.train_dataset, a, ranks.world), rank=ranks.rank, world=ranks.world,
+            max_staleness=a.max_staleness, first_iteration=0, threads=a.async_producer_threads,
+            env_modules=list(a.env_modules or []), sys_path=list(sys.path))
+        settings = AsyncSettings(max_staleness=a.max_staleness, heartbeat_s=a.async_heartbeat_s,
+                                 max_restarts=a.async_max_restarts, threads=a.async_producer_threads,
+                                 last_iteration=a.max_steps - 1 if a.max_steps > 0 else None)
+        return AsyncSource(spec, settings, ranks, weights=self._policy_weights, tokenizer=self.processing_class,
+                           context_settings=self.eval_source.player.settings, evaluation=self.eval_source)
+
+    def _policy_weights(self) -> dict[str, Any]:
+        """The policy's weights for a producer (all of them, or only the adapter's under LoRA), as
+        ``flat_weights``; under ZeRO-3 gathered once, by every rank together."""
+        from agentrl.producer.wire import flat_weights
+
+        model = self.accelerator.unwrap_model(self.model)
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad or not self.args.use_peft]
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        if self.is_deepspeed_enabled and plugin is not None and plugin.zero_stage == 3:
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters([p for _, p in named], modifier_rank=None):
+                return flat_weights(named)
+        return flat_weights(named)
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's training loop; a checkpoint to resume from must be of this run's kind (one line
@@ -146,8 +201,9 @@ class AgentGRPOTrainer(GRPOTrainer):
             self._check_resumable(resume_from_checkpoint)
         try:
             return super().train(resume_from_checkpoint, *args, **kwargs)
-        finally:  # the env workers end with the run (a finalizer would too, later)
+        finally:  # the env workers and producers end with the run (a finalizer would too, later)
             self.source.close()
+            self.eval_source.close()
 
     # ------------------------------------------------------------------ the iteration
     def make_iteration_batch(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -161,7 +217,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         out = {k: v.to(self.accelerator.device) for k, v in pack_rows(rows, self.runner.pad_id()).items()}
         out["num_items_in_batch"] = self.accelerator.gather(out["num_items_in_batch"]).sum()
         self.timings["rows_s"] = time.perf_counter() - t0
-        self.timings.update(rollout_s=batch.times.rollout_s, credit_s=credited.seconds)
+        wait = batch.times.rollout_s if batch.wait_s is None else batch.wait_s
+        self.timings.update(rollout_s=wait, credit_s=credited.seconds)
         self.last_rollout = dict(records=credited.records, advantages=credited.advantages,
                                  offset=credited.offset, n_local=credited.n_local, rows=out, episodes=episodes,
                                  n_real_rows=counts.real, filler=counts.filler)
@@ -227,6 +284,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             values["credit/adv_mean"] = float(np.mean(credited.advantages))
             values["credit/adv_abs_mean"] = float(np.mean(np.abs(credited.advantages)))
         values.update(self.algorithm.metrics(self.state.global_step))
+        values.update(batch.metrics)
         for k, v in values.items():
             m[k].append(v)
 
@@ -422,6 +480,8 @@ class AgentGRPOTrainer(GRPOTrainer):
             (Path(output_dir) / GUARD_FILE).write_text(json.dumps(self.guard.state_dict()))
             write_identity(output_dir, self.identity())
         self.runner.save_checkpoint(output_dir)
+        if hasattr(self.source, "save_checkpoint"):  # what an asynchronous producer owes the learner
+            self.source.save_checkpoint(output_dir, self.state.global_step)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """TRL's optimizer and scheduler, then the guard's counts and the runner's part."""
@@ -432,6 +492,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         if guard.is_file():
             self.guard.load_state_dict(json.loads(guard.read_text()))
         self.runner.load_checkpoint(checkpoint)
+        if hasattr(self.source, "load_checkpoint"):
+            self.source.load_checkpoint(checkpoint)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """TRL's model folder; the final one (not a checkpoint's) gets the runner's files too."""
@@ -442,6 +504,20 @@ class AgentGRPOTrainer(GRPOTrainer):
 
 GUARD_FILE = "nonfinite_guard.json"
 """The non-finite guard's counts in a checkpoint folder."""
+
+
+def _picklable(values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` that pickle (a producer process gets them)."""
+    import pickle
+
+    out = {}
+    for k, v in values.items():
+        try:
+            pickle.dumps(v)
+        except Exception:  # noqa: BLE001  (an object of the launcher's: the producer does not need it)
+            continue
+        out[k] = v
+    return out
 
 
 class _PublishWeights(TrainerCallback):

@@ -1,0 +1,258 @@
+"""The asynchronous rollout source: a producer process per rank plays ahead while the learner updates.
+
+``rollout_mode: async`` with ``max_staleness: k``. Each training process starts one producer
+process (``agentrl.producer.worker``) with its own copy of the policy. The producer plays iteration
+b with the weights of policy version ``max(0, b - k)``: at k = 1 it plays iteration s + 1 on the
+weights of step s while the learner trains step s, and every batch the learner takes is exactly k
+versions old (fewer in the first k iterations). Since a given (weights, iteration) pair always
+gives the same episodes (keyed sampling, ``agentrl.producer.generation``), a run is reproducible,
+k = 0 is the synchronous run bit for bit, and a resume is exact.
+
+The learner side:
+
+* ``publish(version)`` after every optimizer step: the policy's weights (all of them, or only the
+  trainable ones under LoRA; gathered once under ZeRO-3, by every rank together) as one flat
+  tensor per dtype through shared memory to the producer; the last k + 1 versions are kept, so a
+  producer that has to be restarted can replay the iterations it owes.
+* ``next(rows, step)`` waits for iteration ``step``'s batch, checks its tasks against the rows
+  TRL's loader gave (``TaskPlan``), drops groups older than k (``async/dropped_groups``; none at
+  a fixed lag, the check guards the version tagging), and logs the staleness, the learner's wait
+  and the producer's idle share. Evaluation rollouts play synchronously on the learner's weights.
+* A producer that dies is restarted (``async_max_restarts`` times) and replays from the first
+  iteration the learner has not received; one whose heartbeat is older than
+  ``async_heartbeat_s`` is killed and restarted; an exception inside it, or restarts used up,
+  stops the run on every rank with one line (``ProducerStop``), never a hang: the newest
+  checkpoint resumes it.
+* A checkpoint at step s holds the batches of iterations s .. s + k - 1 (played with weights older
+  than the checkpoint's, so they cannot be replayed from it); a resumed producer starts at s + k
+  with the checkpoint's weights.
+"""
+
+from __future__ import annotations
+
+import pickle
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from agentrl.producer.batch import RolloutBatch, RolloutTimes
+from agentrl.producer.plan import same_rows
+from agentrl.producer.wire import unpack_episodes
+from agentrl.producer.worker import ProducerSpec, producer_main
+from agentrl.rollout.ranks import Ranks
+
+CHECKPOINT_FILE = "async_producer_rank{rank}.pkl"
+"""A checkpoint's batches owed to the learner (this rank's)."""
+
+
+class ProducerStop(RuntimeError):
+    """The asynchronous producer cannot go on; the message is one line."""
+
+
+@dataclass
+class AsyncSettings:
+    """The recipe's asynchronous keys."""
+
+    max_staleness: int = 1
+    heartbeat_s: float = 600.0
+    max_restarts: int = 2
+    threads: int = 1
+    last_iteration: int | None = None
+    """The last iteration the run trains on (``max_steps - 1``); None: no end known."""
+
+
+class AsyncSource:
+    """The asynchronous source (module docstring).
+
+    Args:
+        spec: the producer's spec (its ``first_iteration`` is set when it starts).
+        settings: the recipe's asynchronous keys.
+        ranks: the training processes.
+        weights: the policy's weights to ship, as ``flat_weights`` gives them (a collective under
+            ZeRO-3: every rank calls it).
+        tokenizer, context_settings: what arriving episodes' contexts are made with.
+        evaluation: the source evaluation rollouts are played by (the learner's own, synchronous).
+    """
+
+    kind = "async"
+
+    def __init__(self, spec: ProducerSpec, settings: AsyncSettings, ranks: Ranks,
+                 weights: Callable[[], dict[str, Any]], tokenizer, context_settings: Callable,
+                 evaluation):
+        self.spec, self.settings, self.ranks = spec, settings, ranks
+        self.weights, self.tokenizer, self.context_settings = weights, tokenizer, context_settings
+        self.evaluation = evaluation
+        self.versions: dict[int, dict[str, Any]] = {}
+        self.received: dict[int, dict[str, Any]] = {}
+        """Iteration -> the producer's payload, not yet taken by the learner."""
+        self.next_iteration = 0
+        """The first iteration the learner has not taken."""
+        self.proc = None
+        self.restarts = 0
+        self._cmd = self._out = self._beat = None
+
+    @property
+    def k(self) -> int:
+        return self.settings.max_staleness
+
+    # ------------------------------------------------------------------ the learner's calls
+    def publish(self, version: int) -> None:
+        """Ship the weights of ``version`` (every rank calls it after every optimizer step)."""
+        flat = self.weights()
+        self.versions[version] = flat
+        for v in [v for v in self.versions if v < version - self.k]:
+            del self.versions[v]
+        if self.proc is not None:
+            self._cmd.put(("weights", version, flat))
+
+    def next(self, rows: list[dict[str, Any]], step: int, training: bool = True) -> RolloutBatch:
+        if not training:
+            return self.evaluation.next(rows, step, training=False)
+        t0 = time.perf_counter()
+        self._ensure_started(step)
+        payload, why = self._take(step)
+        if self.ranks.max(int(why is not None)):  # one rank's producer failed: every rank stops
+            raise ProducerStop(why or "async producer: another rank's producer stopped (see its log)")
+        if not same_rows(self.spec.plan.rows(step, self.ranks.rank), rows):
+            raise ProducerStop(f"async producer: iteration {step}'s tasks differ from the ones TRL's loader gave "
+                               "(the task plan does not match this run's sampler)")
+        episodes = unpack_episodes(payload["episodes"], self.tokenizer, self.context_settings())
+        kept, dropped = staleness_filter(episodes, step, self.k)
+        if not kept:
+            raise ProducerStop(f"async producer: every group of iteration {step} is more than max_staleness "
+                               f"{self.k} versions old")
+        wait = time.perf_counter() - t0
+        busy, idle = payload["busy_s"], payload["waited_s"]
+        stale = [step - ep.policy_version for ep in kept]
+        metrics = {"async/staleness_mean": sum(stale) / len(stale), "async/staleness_max": float(max(stale)),
+                   "async/dropped_groups": float(dropped), "async/learner_wait_s": wait,
+                   "async/producer_busy_s": busy, "async/producer_idle_frac": idle / max(busy + idle, 1e-9),
+                   "async/restarts": float(self.restarts)}
+        times: RolloutTimes = payload["times"]
+        return RolloutBatch(episodes=kept, version=payload["version"], times=times, wait_s=wait, metrics=metrics)
+
+    # ------------------------------------------------------------------ the producer process
+    def _ensure_started(self, step: int) -> None:
+        """At the learner's first iteration (fresh or resumed): the weights as they are are version
+        ``step``; the producer starts after the batches a checkpoint brought."""
+        if self.proc is not None:
+            return
+        if step not in self.versions:
+            self.publish(step)
+        self._start(step)
+
+    def _start(self, first: int) -> None:
+        """Start a producer at iteration ``first`` (after the batches already received), with every
+        kept version it may need."""
+        import torch.multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self._cmd, self._out = ctx.Queue(), ctx.Queue()
+        self._beat = ctx.Value("d", time.time())
+        first = max([first] + [b + 1 for b in self.received])
+        spec = replace(self.spec, first_iteration=first)
+        self.proc = ctx.Process(target=producer_main, args=(spec, self._cmd, self._out, self._beat), daemon=True,
+                                name=f"agentrl-producer-r{self.ranks.rank}")
+        self.proc.start()
+        for v in sorted(self.versions):
+            if v >= max(0, first - self.k):
+                self._cmd.put(("weights", v, self.versions[v]))
+
+    def _take(self, step: int) -> tuple[dict[str, Any] | None, str | None]:
+        """Iteration ``step``'s payload (the ones before it are dropped: the learner is past them),
+        or (None, why) when the producer cannot deliver it."""
+        why = self._receive(step)
+        if why is not None:
+            return None, why
+        self.next_iteration = step + 1
+        for b in [b for b in self.received if b < step]:
+            del self.received[b]
+        return self.received.pop(step), None
+
+    def _receive(self, b: int) -> str | None:
+        """Take the producer's messages until iteration ``b``'s batch is in; why not, if it cannot be."""
+        while b not in self.received:
+            try:
+                msg = self._out.get(timeout=1.0)
+            except queue.Empty:
+                why = self._check_alive()
+                if why is not None:
+                    return why
+                continue
+            if msg[0] == "batch":
+                self.received[msg[1]] = msg[2]
+            elif msg[0] == "error":
+                last = [line for line in msg[1].strip().splitlines() if line.strip()][-1]
+                self._kill()
+                return f"async producer (rank {self.ranks.rank}) failed: {last}"
+        return None
+
+    def _check_alive(self) -> str | None:
+        """None while the producer lives and beats; restarts it when it died or hung, or says why not."""
+        dead = not self.proc.is_alive()
+        hung = time.time() - self._beat.value > self.settings.heartbeat_s
+        if not (dead or hung):
+            return None
+        what = (f"died (exit code {self.proc.exitcode})" if dead
+                else f"sent no heartbeat for {self.settings.heartbeat_s:g} s")
+        self._kill()
+        if self.restarts >= self.settings.max_restarts:
+            return (f"async producer (rank {self.ranks.rank}) {what}, after {self.restarts} restarts "
+                    "(async_max_restarts); the newest checkpoint resumes the run")
+        self.restarts += 1
+        print(f"agentrl train: warning: async producer (rank {self.ranks.rank}) {what}; restarting it "
+              f"({self.restarts} of {self.settings.max_restarts})", flush=True)
+        self._start(self.next_iteration)
+        return None
+
+    def _kill(self) -> None:
+        if self.proc is not None:
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join(timeout=10)
+            self.proc = None
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self._cmd.put(("stop",))
+            self.proc.join(timeout=10)
+        self._kill()
+        self.evaluation.close()
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, output_dir: str, step: int) -> None:
+        """The batches of iterations ``step`` .. ``step + k - 1`` (waited for) into ``output_dir``."""
+        owed = [b for b in range(step, step + self.k)
+                if self.settings.last_iteration is None or b <= self.settings.last_iteration]
+        if owed and self.proc is None:
+            self._ensure_started(step)
+        for b in owed:
+            why = self._receive(b)
+            if why is not None:
+                raise ProducerStop(why)
+        data = {"step": step, "max_staleness": self.k, "batches": {b: self.received[b] for b in owed}}
+        with open(Path(output_dir) / CHECKPOINT_FILE.format(rank=self.ranks.rank), "wb") as f:
+            pickle.dump(data, f)
+
+    def load_checkpoint(self, checkpoint: str) -> None:
+        """The batches a checkpoint owes the learner (none in a checkpoint of a synchronous run)."""
+        path = Path(checkpoint) / CHECKPOINT_FILE.format(rank=self.ranks.rank)
+        if not path.is_file():
+            return
+        with open(path, "rb") as f:
+            data = pickle.load(f)  # noqa: S301  (our own checkpoint file)
+        self.received = dict(data["batches"])
+        self.next_iteration = int(data["step"])
+
+
+def staleness_filter(episodes, step: int, k: int) -> tuple[list, int]:
+    """The episodes of the groups whose oldest episode is at most ``k`` policy versions older than
+    ``step``, and the number of groups dropped."""
+    oldest: dict[str, int] = {}
+    for ep in episodes:
+        oldest[ep.group_id] = min(oldest.get(ep.group_id, ep.policy_version), ep.policy_version)
+    stale = {g for g, v in oldest.items() if step - v > k}
+    return [ep for ep in episodes if ep.group_id not in stale], len(stale)
