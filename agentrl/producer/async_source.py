@@ -30,8 +30,10 @@ The learner side:
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import queue
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -128,8 +130,8 @@ class AsyncSource:
         busy, idle = payload["busy_s"], payload["waited_s"]
         stale = [step - ep.policy_version for ep in kept]
         metrics = {"async/staleness_mean": sum(stale) / len(stale), "async/staleness_max": float(max(stale)),
-                   "async/dropped_groups": float(dropped), "async/learner_wait_s": wait,
-                   "async/producer_busy_s": busy, "async/producer_idle_frac": idle / max(busy + idle, 1e-9),
+                   "async/dropped_groups": float(dropped), "time/learner_wait_s": wait,
+                   "time/producer_busy_s": busy, "time/producer_idle_frac": idle / max(busy + idle, 1e-9),
                    "async/restarts": float(self.restarts)}
         times: RolloutTimes = payload["times"]
         return RolloutBatch(episodes=kept, version=payload["version"], times=times, wait_s=wait, metrics=metrics)
@@ -156,7 +158,8 @@ class AsyncSource:
         spec = replace(self.spec, first_iteration=first)
         self.proc = ctx.Process(target=producer_main, args=(spec, self._cmd, self._out, self._beat), daemon=True,
                                 name=f"agentrl-producer-r{self.ranks.rank}")
-        self.proc.start()
+        with _main_not_rerun():
+            self.proc.start()
         for v in sorted(self.versions):
             if v >= max(0, first - self.k):
                 self._cmd.put(("weights", v, self.versions[v]))
@@ -246,6 +249,22 @@ class AsyncSource:
             data = pickle.load(f)  # noqa: S301  (our own checkpoint file)
         self.received = dict(data["batches"])
         self.next_iteration = int(data["step"])
+
+
+@contextlib.contextmanager
+def _main_not_rerun():
+    """A spawned child runs the parent's main script again unless it has no file to run: a user's
+    training script without an ``if __name__ == "__main__":`` guard would train again inside the
+    producer. The producer needs nothing from it (its entry point is a module function)."""
+    main = sys.modules["__main__"]
+    saved = {k: getattr(main, k) for k in ("__file__", "__spec__") if hasattr(main, k)}
+    for k in saved:
+        setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
 
 
 def staleness_filter(episodes, step: int, k: int) -> tuple[list, int]:

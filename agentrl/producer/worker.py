@@ -59,6 +59,9 @@ class ProducerSpec:
 
 def producer_main(spec: ProducerSpec, cmd, out, heartbeat) -> None:
     """The process's entry point (module docstring)."""
+    from agentrl.rollout.env_pool import _die_with_parent
+
+    _die_with_parent()  # a killed learner takes its producer with it
     for k in list(os.environ):
         if k in _DISTRIBUTED_ENV or k.startswith(("ACCELERATE_", "DEEPSPEED")):
             del os.environ[k]
@@ -154,10 +157,13 @@ class Producer:
         """Take messages until ``version``'s weights are here (False: asked to stop)."""
         import queue
 
+        parent = os.getppid()
         while not self.stopped:
             self._drain(block=False)
             if version in self.versions:
                 return True
+            if os.getppid() != parent:  # the learner is gone (where the kernel cannot tell us)
+                return False
             self.heartbeat.value = time.time()
             try:
                 self._handle(self.cmd.get(timeout=0.5))

@@ -4,6 +4,7 @@ tests/trainer/test_checkpoint_faults.py). Points, in the order a step and its sa
 
 - ``mid_step``: inside the training step after step STEP (nothing of that step saved);
 - ``mid_rollout``: in the rollout of the step after STEP, at its second env step (some turns played);
+- ``mid_wait``: an asynchronous run's learner waiting for the producer's batch of step STEP;
 - ``save_start``: entering the checkpoint save of step STEP;
 - ``after_weights``: the weights of checkpoint STEP written, not its optimizer;
 - ``after_optimizer``: weights and optimizer written, not the RNG states;
@@ -69,6 +70,10 @@ elif point == "mid_rollout":
         return orig_step(self, *a, **kw)
 
     episodes._Rollout._step = env_step
+elif point == "mid_wait":
+    from agentrl.producer import async_source
+
+    at(async_source.AsyncSource, "_receive", point, get_trainer=lambda self: state["trainer"])
 elif point == "save_start":
     at(Trainer, "_save_checkpoint", point)
 elif point == "after_weights":

@@ -90,6 +90,15 @@ CELLS = {
     # 2-process ZeRO-3 on CPU
     "zero3_grpo": Cell(dict(COUNT, use_cpu=False, per_device_train_batch_size=2), [("before_publish", 3)],
                        launcher="zero3"),
+    # asynchronous rollouts: the producer's process, the batches a checkpoint owes the learner
+    "async_k1": Cell(dict(COUNT, rollout_mode="async", max_staleness=1),
+                     [("mid_step", 3), ("after_weights", 2), ("mid_wait", 2)], slow=False),
+    "async_k2_bipace_q": Cell(dict(COUNT, rollout_mode="async", max_staleness=2, credit="bipace_q",
+                                   fingerprint_layer=-1), [("before_publish", 2), ("mid_wait", 3)]),
+    "async_lora": Cell(dict(COUNT, rollout_mode="async", use_peft=True, lora_r=4, lora_alpha=8, lora_dropout=0.0,
+                            beta=0.04), [("mid_step", 2)]),
+    "async_zero3": Cell(dict(COUNT, use_cpu=False, per_device_train_batch_size=2, rollout_mode="async"),
+                        [("before_publish", 3)], launcher="zero3"),  # one point: the launches share a port
     # collaborations: every policy kind, both schedules; blocks of 2 steps are killed at each boundary
     "ccpo_shared_blocks": Cell(collab("shared", "blocks"), [("before_publish", 3), ("before_publish", 5)],
                                model="collab"),
