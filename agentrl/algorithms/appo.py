@@ -304,7 +304,7 @@ class Appo(Algorithm):
 
 
 @register_surrogate("appo")
-def future_aware_surrogate(b: LossBatch, s: LossSettings) -> tuple[torch.Tensor, LossOutput]:
+def future_aware_surrogate(b: LossBatch, s: LossSettings, ratio: torch.Tensor) -> tuple[torch.Tensor, LossOutput]:
     """APPO's surrogate (Eq. 7): the advantages reweighted by the future-aware term from the
     detached log-probs, then the clipped surrogate on them (``settings.options["appo"]``: the
     resolved APPO kwargs). Composed with any reduction (``Appo.loss``)."""
@@ -314,7 +314,7 @@ def future_aware_surrogate(b: LossBatch, s: LossSettings) -> tuple[torch.Tensor,
     mask = b.mask.detach().cpu().numpy().astype(bool)
     new, f = future_aware(adv, lp, old, mask, s.options["appo"])
     weighted = replace(b, advantages=torch.as_tensor(new, dtype=b.advantages.dtype, device=b.advantages.device))
-    per_token, out = get_surrogate("clip").fn(weighted, s)
+    per_token, out = get_surrogate("clip").fn(weighted, s, ratio)
     weight = torch.as_tensor(f, dtype=torch.float32, device=b.mask.device)
     out.means.update({"appo/future_weight_mean": (weight[b.mask.bool()].sum(), b.mask.sum())})
     m = b.mask.bool()

@@ -34,7 +34,8 @@ from agentrl.registry import Param, resolve_params
 CorrectionFn = Callable[..., Any]
 """``fn(d, mask, settings) -> Treated``: a rollout correction (``agentrl.losses.correction``)."""
 SurrogateFn = Callable[..., Any]
-"""``fn(batch, settings) -> (per_token (B, T), LossOutput)``: the policy term before the mask."""
+"""``fn(batch, settings, ratio) -> (per_token (B, T), LossOutput)``: the policy term before the
+mask; ``ratio`` is exp(logp - logp_old) at ``settings.ratio_level``, (B, T) or (B, 1)."""
 ReductionFn = Callable[..., torch.Tensor]
 """``fn(masked per-token loss, mask, settings) -> scalar``."""
 

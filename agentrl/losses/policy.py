@@ -89,14 +89,15 @@ def composed_loss(surrogate: Surrogate, reduction: Reduction):
     correction's weights (unless the surrogate folds them in), plus the KL term, reduced."""
 
     def loss(b: LossBatch, s: LossSettings) -> LossOutput:
-        per_token, out = surrogate.fn(b, s)
+        ratio = torch.exp(log_ratio(b, s))  # one node: the surrogate and the KL term share its gradient
+        per_token, out = surrogate.fn(b, s, ratio)
         if b.correction is not None and not surrogate.folds_correction:
             per_token = per_token * b.correction.weights
         out.terms["policy"] = (per_token * b.mask).sum().detach()
         if s.beta != 0.0:
             kl = kl_k3(b)
             if s.kl_bias_correction:
-                kl = kl * torch.exp(log_ratio(b, s))
+                kl = kl * ratio
             per_token = per_token + s.beta * kl
             out.terms["kl"] = (kl * b.mask).sum().detach()
             out.means["kl"] = masked_mean(kl.detach(), b.mask)
@@ -110,9 +111,8 @@ def composed_loss(surrogate: Surrogate, reduction: Reduction):
 
 # ----------------------------------------------------------------------------------- surrogates
 @register_surrogate("clip")
-def clipped_surrogate(b: LossBatch, s: LossSettings) -> tuple[torch.Tensor, LossOutput]:
+def clipped_surrogate(b: LossBatch, s: LossSettings, ratio: torch.Tensor) -> tuple[torch.Tensor, LossOutput]:
     """PPO's clipped surrogate with the dual clip; logs how often each side clips."""
-    ratio = torch.exp(log_ratio(b, s))
     clipped = torch.clamp(ratio, 1 - s.epsilon_low, 1 + s.epsilon_high)
     capped = ratio if s.delta is None else torch.clamp(ratio, max=s.delta)
     per_token = -torch.min(capped * b.advantages, clipped * b.advantages)
@@ -127,11 +127,10 @@ def clipped_surrogate(b: LossBatch, s: LossSettings) -> tuple[torch.Tensor, Loss
 
 
 @register_surrogate("cispo")
-def cispo(b: LossBatch, s: LossSettings) -> tuple[torch.Tensor, LossOutput]:
+def cispo(b: LossBatch, s: LossSettings, ratio: torch.Tensor) -> tuple[torch.Tensor, LossOutput]:
     """REINFORCE weighted by the ratio capped at ``epsilon_high`` (the cap itself, not 1 + eps: TRL's
     reading of CISPO's eps_max; ScaleRL, arXiv 2510.13786, recommends 5): every token keeps a
     gradient, the capped weight carries none."""
-    ratio = torch.exp(log_ratio(b, s))
     per_token = -torch.clamp(ratio, max=s.epsilon_high).detach() * b.advantages * b.logps
     out = LossOutput(loss=per_token.new_zeros(()))
     out.means["cispo_clip_ratio"] = masked_mean(((ratio > s.epsilon_high) & (b.advantages > 0)).float(), b.mask)
@@ -145,10 +144,9 @@ SAPO_PARAMS = {
 
 
 @register_surrogate("sapo", params=SAPO_PARAMS)
-def sapo(b: LossBatch, s: LossSettings) -> tuple[torch.Tensor, LossOutput]:
+def sapo(b: LossBatch, s: LossSettings, ratio: torch.Tensor) -> tuple[torch.Tensor, LossOutput]:
     """A smooth gate instead of the clip: sigmoid(tau (r - 1)) 4 / tau has slope 1 at r = 1 and
     fades as the ratio leaves it, faster for the larger temperature."""
-    ratio = torch.exp(log_ratio(b, s))
     tau = torch.where(b.advantages > 0, s.options["sapo_temperature_pos"], s.options["sapo_temperature_neg"])
     per_token = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * b.advantages
     return per_token, LossOutput(loss=per_token.new_zeros(()))
@@ -186,9 +184,10 @@ def vespo_weights(b: LossBatch, s: LossSettings) -> torch.Tensor:
 
 
 @register_surrogate("vespo", params=VESPO_PARAMS, folds_correction=True)
-def vespo(b: LossBatch, s: LossSettings) -> tuple[torch.Tensor, LossOutput]:
+def vespo(b: LossBatch, s: LossSettings, ratio: torch.Tensor) -> tuple[torch.Tensor, LossOutput]:
     """REINFORCE weighted by a gamma-shaped function of the row's ratio: phi(1) = 1, phi -> 0 for
-    ratios far below or above 1 (soft, asymmetric in the advantage's sign)."""
+    ratios far below or above 1 (soft, asymmetric in the advantage's sign). Its row ratio is the
+    product of the token ratios at any ``ratio_level`` (``ratio`` unused)."""
     phi = vespo_weights(b, s)
     per_token = -phi * b.advantages * b.logps
     out = LossOutput(loss=per_token.new_zeros(()))

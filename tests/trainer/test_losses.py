@@ -114,14 +114,15 @@ def test_a_non_finite_input_is_named():
 
 
 def test_registry_refuses_a_taken_name_and_names_the_registered():
-    assert losses.policy_loss_names() == ["bnpo", "cispo", "dapo", "dr_grpo", "grpo", "luspo", "sapo", "vespo"]
-    assert losses.surrogate_names() == ["cispo", "clip", "sapo", "vespo"]
-    assert losses.reduction_names() == ["seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm",
-                                        "token_mean", "token_mean_micro"]
+    # the built-in ones (other test modules register plug-ins of their own into the same tables)
+    assert {"bnpo", "cispo", "dapo", "dr_grpo", "grpo", "luspo", "sapo", "vespo"} <= set(losses.policy_loss_names())
+    assert {"cispo", "clip", "sapo", "vespo"} <= set(losses.surrogate_names())
+    assert {"seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_mean",
+            "token_mean_micro"} <= set(losses.reduction_names())
     with pytest.raises(ValueError, match="policy loss 'dapo' is already registered"):
         losses.register_policy_loss("dapo")(lambda b, s: None)
     with pytest.raises(ValueError, match="surrogate 'clip' is already registered .clipped_surrogate."):
-        losses.register_surrogate("clip")(lambda b, s: None)
+        losses.register_surrogate("clip")(lambda b, s, r: None)
     with pytest.raises(ValueError, match="reduction 'token_mean' is already registered"):
         losses.register_reduction("token_mean")(lambda x, m, s: None)
     with pytest.raises(KeyError, match="unknown policy loss 'ppo'; registered: bnpo, cispo"):
@@ -143,7 +144,8 @@ def test_a_loss_type_is_a_surrogate_and_a_reduction():
 def test_split_invariance_is_what_the_reduction_registered_with():
     import agentrl.algorithms.appo  # noqa: F401  (registers the appo surrogate)
 
-    variant = {n: losses.is_split_invariant(n) for n in losses.policy_loss_names()}
+    variant = {n: losses.is_split_invariant(n) for n in ("bnpo", "cispo", "dapo", "dr_grpo", "grpo", "luspo", "sapo",
+                                                         "vespo")}
     assert variant == {"bnpo": False, "cispo": True, "dapo": True, "dr_grpo": True, "grpo": True, "luspo": True,
                        "sapo": True, "vespo": True}
     assert not losses.is_split_invariant("appo+token_mean_micro") and losses.is_split_invariant("appo+token_mean")
