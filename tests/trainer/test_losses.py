@@ -149,6 +149,9 @@ def test_split_invariance_is_what_the_reduction_registered_with():
     assert variant == {"bnpo": False, "cispo": True, "dapo": True, "dr_grpo": True, "grpo": True, "luspo": True,
                        "sapo": True, "vespo": True}
     assert not losses.is_split_invariant("appo+token_mean_micro") and losses.is_split_invariant("appo+token_mean")
+    # a loss registered whole says it itself
+    losses.register_policy_loss("test_micro_mean_whole", split_invariant=False)(lambda b, s: None)
+    assert not losses.is_split_invariant("test_micro_mean_whole")
 
 
 def test_loss_params_come_from_trls_keys_and_loss_kwargs():
