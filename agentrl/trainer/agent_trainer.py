@@ -342,9 +342,9 @@ class AgentGRPOTrainer(GRPOTrainer):
         return a.gradient_accumulation_steps % a.steps_per_generation == 0 and self.loss_is_split_invariant()
 
     def loss_is_split_invariant(self) -> bool:
-        """Whether the loss ignores how rows are split into micro-batches (no per-micro-batch
-        normaliser: every registered GRPO-family loss but ``bnpo``)."""
-        return self.loss_name != "bnpo"
+        """Whether the loss ignores how rows are split into micro-batches (what it registered with:
+        no per-micro-batch normaliser in its reduction, ``agentrl.losses.is_split_invariant``)."""
+        return losses.is_split_invariant(self.loss_name)
 
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
         """TRL's buffering: one rollout every ``steps_per_generation * num_iterations`` micro-steps,
@@ -385,7 +385,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         logps, entropy = completion_logps(model, inputs, self.accelerator.autocast, entropy=True)
         batch = LossBatch(logps=logps, advantages=inputs["advantages"], mask=inputs["loss_mask"].float(),
-                          old_logps=inputs.get("old_logps"), ref_logps=inputs.get("ref_logps"), entropy=entropy)
+                          old_logps=inputs.get("old_logps"), ref_logps=inputs.get("ref_logps"), entropy=entropy,
+                          behaviour_logps=inputs.get("behaviour_logps"))
         out, bad = losses.compute(self.loss_name, batch, loss_settings(self, inputs, mode, self.loss_options))
         self.last_loss = out
         log_loss_metrics(self, out, mode)
