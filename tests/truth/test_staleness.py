@@ -24,6 +24,7 @@ from agentrl.truth.stale import (
     ON_POLICY,
     Behaviour,
     StaleRun,
+    StaleScores,
     behaviour_policy,
     corrected_gradient,
     learner_path,
@@ -34,6 +35,7 @@ from agentrl.truth.stale import (
     step_kl,
     step_weights,
 )
+from agentrl.truth.stale_suite import StaleSettings, aggregate, across
 
 BANDIT = MDPConfig(depth=1, horizon=1, moves=2, distractors=0, invalid=0, trap=0.0, recurrence=0.0, goal_frac=0.0,
                    tasks=1)
@@ -280,3 +282,37 @@ def test_truth_staleness_bad_input_is_one_line(tmp_path, capsys, argv, msg):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and msg in err
     assert not (tmp_path / "x").exists()
+
+
+# ============================================================================ aggregation
+def _scores(seed: int, cos: dict[tuple[str, str], float]) -> StaleScores:
+    keys = [(b, "grpo", k) for b in ("k=0", "k=1") for k in ("none", "token_truncate")]
+    return StaleScores(seed, {"k=0": 0.0, "k=1": 0.01 * (seed + 1)}, {x: cos[(x[0], x[2])] for x in keys},
+                       {x: 0.9 for x in keys}, {(b, k): {"acted": 0.5 * seed} for b in ("k=0", "k=1")
+                                                 for k in ("none", "token_truncate")}, 0.3)
+
+
+def test_paired_differences_and_the_share_kept_by_hand():
+    s = StaleSettings(staleness=(0, 1), corrections=("token_truncate",), estimators=("grpo",), seeds=2)
+    seeds = [_scores(0, {("k=0", "none"): 0.5, ("k=0", "token_truncate"): 0.5, ("k=1", "none"): 0.4,
+                         ("k=1", "token_truncate"): 0.45}),
+             _scores(1, {("k=0", "none"): 0.6, ("k=0", "token_truncate"): 0.6, ("k=1", "none"): 0.46,
+                         ("k=1", "token_truncate"): 0.58})]
+    cell = aggregate(seeds, s)
+    row = cell["by"]["k=1"]["grpo"]
+    # none - on-policy: -0.1, -0.14 -> mean -0.12, s.e. stdev 0.028284 / sqrt 2 = 0.02
+    assert row["none"]["vs_on"]["mean"] == pytest.approx(-0.12) and row["none"]["vs_on"]["se"] == pytest.approx(0.02)
+    # token_truncate - none on the same batches: 0.05, 0.12 -> 0.085 ± 0.035; - on-policy: -0.05, -0.02
+    assert row["token_truncate"]["vs_none"]["mean"] == pytest.approx(0.085)
+    assert row["token_truncate"]["vs_none"]["se"] == pytest.approx(0.035)
+    assert row["token_truncate"]["vs_on"]["mean"] == pytest.approx(-0.035)
+    assert row["none"]["vs_none"] is None and cell["kl"]["k=1"]["mean"] == pytest.approx(0.015)
+    assert cell["means"]["k=1"]["none"] == {"acted": 0.25}
+    # two conditions with the same numbers: C0 = 0.55; none keeps 1 - 0.12 / 0.55 = 0.781818, its
+    # s.e. sqrt(0.02^2 + 0.02^2) / 2 = 0.0141421 (conditions independent), / 0.55 = 0.0257130
+    acr = across({"a": cell, "b": cell}, s)["k=1"]["grpo"]
+    assert acr["on_policy_cos"] == pytest.approx(0.55)
+    assert acr["none"]["vs_on"]["se"] == pytest.approx(0.0141421, abs=1e-7)
+    assert acr["none"]["kept"]["mean"] == pytest.approx(0.781818, abs=1e-6)
+    assert acr["none"]["kept"]["se"] == pytest.approx(0.0257130, abs=1e-7)
+    assert acr["token_truncate"]["kept"]["mean"] == pytest.approx(1 - 0.035 / 0.55)
