@@ -294,9 +294,11 @@ def _scores(seed: int, cos: dict[tuple[str, str], float]) -> StaleScores:
 
 def test_paired_differences_and_the_share_kept_by_hand():
     s = StaleSettings(staleness=(0, 1), corrections=("token_truncate",), estimators=("grpo",), seeds=2)
-    seeds = [_scores(0, {("k=0", "none"): 0.5, ("k=0", "token_truncate"): 0.5, ("k=1", "none"): 0.4,
+    # on-policy a correction leaves the cosine as it is; 0.7 here shows that every difference is
+    # taken from the uncorrected on-policy cosine
+    seeds = [_scores(0, {("k=0", "none"): 0.5, ("k=0", "token_truncate"): 0.7, ("k=1", "none"): 0.4,
                          ("k=1", "token_truncate"): 0.45}),
-             _scores(1, {("k=0", "none"): 0.6, ("k=0", "token_truncate"): 0.6, ("k=1", "none"): 0.46,
+             _scores(1, {("k=0", "none"): 0.6, ("k=0", "token_truncate"): 0.7, ("k=1", "none"): 0.46,
                          ("k=1", "token_truncate"): 0.58})]
     cell = aggregate(seeds, s)
     row = cell["by"]["k=1"]["grpo"]
