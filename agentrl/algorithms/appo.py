@@ -5,11 +5,11 @@
 
 1. ``roll_out``: after the initial rollouts (trajectory mode), one no-grad forward gives
    every completion token its entropy H_t (Eq. 3, full vocabulary at the sampling temperature,
-   the update's own forward, ``AgentGRPOTrainer.completion_logps``) and its log-prob under the policy and under
+   the update's own forward, ``Player.score``) and its log-prob under the policy and under
    the Omega baseline; Omega (Eq. 4) is taken over model tokens only. Branch points are chosen per
    prompt group (``appo_branch_points.choose_branch_points``, Eq. 5) among the *eligible* tokens:
    model tokens that are not special (EOS) and not whitespace only. One continuation per point is
-   played by the ``branch`` context (``agentrl.rollout.branching``) through ``trainer.rollout``.
+   played by the ``branch`` context (``agentrl.rollout.branching``) through ``Player.play``.
 2. ``advantages``: each branch first inherits its parent's (shaped) rewards of the steps before
    the branch step (``inherit_prefix_rewards``); the ``appo`` estimator gives the records their
    group-relative outcomes and ``token_advantages`` maps them onto each initial rollout's tokens
@@ -183,8 +183,8 @@ class Appo(Algorithm):
             raise RecipeError("credit appo's future-aware term (b > 0) needs TRL's own loss: "
                               "set use_liger_kernel: false")
 
-    def bind(self, trainer) -> None:
-        self._tokenizer = trainer.processing_class
+    def bind(self, player, learner) -> None:
+        self._tokenizer = player.tokenizer
         self._special = set(self._tokenizer.all_special_ids)
 
     # ------------------------------------------------------------------ branching
@@ -197,41 +197,40 @@ class Appo(Algorithm):
             out.append(bool(m) and not self._blank[t])
         return out
 
-    def token_stats(self, trainer, episodes: list[Episode]) -> dict[str, np.ndarray]:
+    def token_stats(self, player, episodes: list[Episode]) -> dict[str, np.ndarray]:
         """Entropy, log-ratio vs the Omega baseline, model-token and eligible masks, (N, T) over
         ``episodes`` (one no-grad forward each of the policy and, for 'ref', the reference)."""
         toks = [ep.tokens if isinstance(ep.tokens, TrajectoryTokens) else TrajectoryTokens() for ep in episodes]
-        pad_id = trainer._tokenizer.pad_token_id
+        pad_id = player.tokenizer.pad_token_id
         comps = [t.completion_ids or [pad_id] for t in toks]
         masks = [t.env_mask if t.completion_ids else [0] for t in toks]
         prompts = [t.prompt_ids or [pad_id] for t in toks]
-        logp, ent, base = trainer.completion_logps(prompts, comps, entropy=True,
-                                                   reference=self.kwargs["omega_baseline"] == "ref")
+        logp, ent, base = player.score(prompts, comps, entropy=True, reference=self.kwargs["omega_baseline"] == "ref")
         width = logp.shape[1]
         model_mask = _padded([list(m) for m in masks], 0, width).astype(bool)
         eligible = _padded([self._eligible(cc, m) for cc, m in zip(comps, masks, strict=True)], 0, width).astype(bool)
         return {"entropy": ent, "log_ratio": logp - (logp if base is None else base),
                 "model_mask": model_mask, "eligible": eligible}
 
-    def roll_out(self, trainer, tasks: list[dict]) -> list[Episode]:
+    def roll_out(self, player, tasks: list[dict]) -> list[Episode]:
         """The initial rollouts, then their branches (``branches``)."""
-        episodes = trainer.rollout(tasks)
-        return episodes + self.branches(trainer, episodes)
+        episodes = player.play(tasks)
+        return episodes + self.branches(player, episodes)
 
-    def branches(self, trainer, episodes: list[Episode]) -> list[Episode]:
+    def branches(self, player, episodes: list[Episode]) -> list[Episode]:
         """The branches of this rank's initial rollouts (collective: every rank rolls out while
         any has branches)."""
         t0 = time.perf_counter()
         self._metrics, self.last_branching = rollout_diagnostics(episodes), None
         if not episodes or self.kwargs["budget"] == 0:  # no branching: token advantages = A_init
             return []
-        stats = self.token_stats(trainer, episodes)
+        stats = self.token_stats(player, episodes)
         rows, pos, omega = branch_points([ep.group_id if ep.steps else None for ep in episodes], stats, self.kwargs)
         t1 = time.perf_counter()
         tasks = [branch_task(episodes[r], int(t), j) for j, (r, t) in enumerate(zip(rows, pos, strict=True))]
         branches: list[Episode] = []
-        if trainer._sync(bool(tasks)):
-            branches = trainer.rollout(tasks, context_mode="branch")
+        if player.any_rank(bool(tasks)):
+            branches = player.play(tasks, context_mode="branch")
         for ep, task in zip(branches, tasks, strict=True):
             for r in ep.steps:
                 r.info["branch_parent"], r.info["branch_pos"] = task["branch"].parent, task["branch"].pos
@@ -254,10 +253,10 @@ class Appo(Algorithm):
     def shape_rewards(self, episodes: list[Episode]) -> None:
         inherit_prefix_rewards(episodes)
 
-    def advantages(self, trainer, episodes, records, state):
+    def advantages(self, episodes, records, state):
         """The ``appo`` estimator per record, then Eq. 6 per token of the initial rollouts (the
         branch records carry their inherited prefix: ``shape_rewards`` ran before the gather)."""
-        adv, diag = trainer.compute_credit(records)
+        adv, diag = self._credit(records)
         tok = token_advantages(records, episodes, self.kwargs)
         if self.last_branching is not None:
             self.last_branching["token_advantages"] = tok
@@ -274,7 +273,7 @@ class Appo(Algorithm):
     def metric_episodes(self, episodes: list[Episode]) -> list[Episode]:
         return [ep for ep in episodes if not is_branch(ep)]
 
-    def metrics(self, trainer) -> dict[str, float]:
+    def metrics(self, step: int) -> dict[str, float]:
         return {k: v for k, v in self._metrics.items() if np.isfinite(v)}
 
 

@@ -1,4 +1,4 @@
-"""The algorithm plug-in: nine named hooks that ``AgentGRPOTrainer``'s steps call, and its registry.
+"""The algorithm plug-in: nine named hooks, each given a narrow handle, and its registry.
 
 An RL algorithm on agent episodes differs from GRPO in a few places only: what it plays (APPO's
 branches, a collaboration's roles), how the gathered records become advantages (per record or per
@@ -6,6 +6,13 @@ token, with state carried across iterations), the loss it trains with (a registe
 ``agentrl.losses``) and the settings it refuses. Each place is one hook here. Where a run's rows
 train (several policies, their checkpoints) is the job of its update runner
 (``agentrl.algorithms.runner``), which the ``runner`` hook returns.
+
+The hooks fall on two sides. Producer-side (what is played): ``roll_out`` and ``shape_rewards``,
+given a ``Player`` (``agentrl.producer``: play, generate, tokenizer, settings, a lock-step
+collective). Learner-side (what is learned): ``advantages`` (pure: the recipe's credit module on
+the records, ``credit_advantages``), ``loss`` and ``runner``, given a ``Learner``
+(``agentrl.algorithms.learner``: the trained model, its counters and collectives). No hook is given
+the trainer.
 
 Algorithms register at their definition (``@register_algorithm("name")``, duplicates refused,
 as ``agentrl.credit.registry`` does for estimators) with their typed kwargs (``params``:
@@ -24,9 +31,25 @@ import numpy as np
 from agentrl.registry import Param, class_registrar, resolve_params
 
 if TYPE_CHECKING:
+    from agentrl.algorithms.learner import Learner
     from agentrl.algorithms.runner import UpdateRunner
+    from agentrl.producer import Player
     from agentrl.records import StepRecord
     from agentrl.rollout.episodes import Episode
+
+
+def credit_advantages(name: str, records: list[StepRecord], kw: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
+    """The credit module ``name`` on ``records`` (``agentrl.credit.compute``): one advantage per
+    record, and its diagnostics."""
+    if not records:
+        return np.zeros(0), {}
+    from agentrl import credit
+
+    res = credit.compute(name, records, **kw)
+    adv = np.asarray(res.step_advantages, dtype=np.float64)
+    if adv.shape[0] != len(records):
+        raise ValueError(f"credit {name!r} returned {adv.shape[0]} advantages for {len(records)} records")
+    return adv, dict(res.diagnostics or {})
 
 
 @dataclass
@@ -49,17 +72,18 @@ class Algorithm:
     Hooks (all optional to override):
 
     * ``check(config)``: raise ``RecipeError`` (one line) for settings it cannot run with;
-    * ``bind(trainer)``: once, after the trainer is built (caches, the runner's policies);
-    * ``roll_out(trainer, tasks) -> list[Episode]``: this rank's episodes of an iteration (a
-      collective: play with ``trainer.rollout``, the same number of calls on every rank);
-    * ``shape_rewards(episodes)``: this rank's episodes after the trainer's reward shaping,
-      before the records are gathered;
-    * ``advantages(trainer, episodes, records, state) -> (Advantages, state)``: the global
-      records' advantages; ``state`` is what the previous iteration returned (None at first);
+    * ``bind(player, learner)``: once, after the trainer is built (caches, the runner's policies);
+    * ``roll_out(player, tasks) -> list[Episode]``: this rank's episodes of an iteration (a
+      collective: play with ``player.play``, the same number of calls on every rank);
+    * ``shape_rewards(episodes)``: this rank's episodes after ``valid_action_reward``, before the
+      records are gathered;
+    * ``advantages(episodes, records, state) -> (Advantages, state)``: the global records'
+      advantages (``episodes``: this rank's); ``state`` is what the previous iteration returned
+      (None at first);
     * ``loss(config) -> (name, options)``: the registered policy loss and its own options;
     * ``metric_episodes(episodes)``: the episodes ``env/*`` metrics are over;
-    * ``metrics(trainer) -> dict``: the algorithm's own metrics of the iteration;
-    * ``runner(trainer) -> UpdateRunner``: where the rows train (``agentrl.algorithms.runner``).
+    * ``metrics(step) -> dict``: the algorithm's own metrics of the iteration at optimizer step ``step``;
+    * ``runner(learner) -> UpdateRunner``: where the rows train (``agentrl.algorithms.runner``).
     """
 
     name: ClassVar[str] = "grpo"
@@ -70,25 +94,33 @@ class Algorithm:
         self.config = config
         self.kwargs = resolve_kwargs(type(self), config) if config is not None else {}
         """The recipe's ``algorithm_kwargs`` with defaults filled in."""
+        from agentrl.config.build import credit_kwargs
+
+        self.credit_kw = credit_kwargs(config) if config is not None else {}
+        """The credit module's kwargs (the recipe's ``gamma`` and ``credit_kwargs``)."""
 
     def check(self, config) -> None:
         """Nothing beyond the credit module's own validation."""
 
-    def bind(self, trainer) -> None:
+    def bind(self, player: Player, learner: Learner) -> None:
         """No per-run caches."""
 
-    def roll_out(self, trainer, tasks: list[dict]) -> list[Episode]:
+    def roll_out(self, player: Player, tasks: list[dict]) -> list[Episode]:
         """The current policy plays ``tasks``."""
-        return trainer.rollout(tasks)
+        return player.play(tasks)
 
     def shape_rewards(self, episodes: list[Episode]) -> None:
         """No shaping beyond ``valid_action_reward``."""
 
-    def advantages(self, trainer, episodes: list[Episode], records: list[StepRecord],
-                   state: Any) -> tuple[Advantages, Any]:
+    def advantages(self, episodes: list[Episode], records: list[StepRecord], state: Any) -> tuple[Advantages, Any]:
         """The recipe's credit module on the global records."""
-        adv, diag = trainer.compute_credit(records)
+        adv, diag = self._credit(records)
         return Advantages(adv, diag), state
+
+    def _credit(self, records: list[StepRecord], **extra) -> tuple[np.ndarray, dict[str, Any]]:
+        """The recipe's credit module on ``records`` (``extra``: kwargs beyond the recipe's, e.g. the
+        algorithm's state)."""
+        return credit_advantages(self.config.credit, records, {**self.credit_kw, **extra})
 
     def loss(self, config) -> tuple[str, dict[str, Any]]:
         """The recipe's ``loss_type`` (``agentrl.losses.policy``), no options of its own."""
@@ -97,14 +129,14 @@ class Algorithm:
     def metric_episodes(self, episodes: list[Episode]) -> list[Episode]:
         return episodes
 
-    def metrics(self, trainer) -> dict[str, float]:
+    def metrics(self, step: int) -> dict[str, float]:
         return {}
 
-    def runner(self, trainer) -> UpdateRunner:
-        """The trainer's model trains on every row."""
+    def runner(self, learner: Learner) -> UpdateRunner:
+        """The learner's model trains on every row."""
         from agentrl.algorithms.runner import UpdateRunner
 
-        return UpdateRunner(trainer)
+        return UpdateRunner(learner)
 
 
 _ALGORITHMS: dict[str, type[Algorithm]] = {}

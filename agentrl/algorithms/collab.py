@@ -46,26 +46,27 @@ class Collab(Algorithm):
         except CollabError as e:
             raise RecipeError(str(e)) from None
 
-    def bind(self, trainer) -> None:
-        """The run's collaboration, its policies (``agentrl.policies``), schedule and player."""
-        args = trainer.args
+    def bind(self, player, learner) -> None:
+        """The run's collaboration, its policies (``agentrl.policies``: played through the player's
+        generate, trained on the learner's model and optimizer), schedule and player."""
+        args = learner.config
         self.collab = self.check(args)
         if self.collab is None:
             raise RecipeError("the collab algorithm needs a collaboration (algorithm_kwargs: {collab: think_solve})")
-        if len(self.collab.policies) > 1 and trainer.is_deepspeed_enabled:
-            check_zero3(trainer.accelerator)
+        if len(self.collab.policies) > 1 and learner.is_deepspeed:
+            check_zero3(learner.accelerator)
         kw = self.kwargs
         models = dict(kw["models"] or {})
-        if models and (trainer.accelerator.num_processes > 1 or trainer.is_deepspeed_enabled):
+        if models and (learner.ranks.world > 1 or learner.is_deepspeed):
             raise RecipeError("collab models run on one process (the role models are not wrapped for DDP or ZeRO-3)")
-        role_models = {role: load_role_model(role, path, trainer) for role, path in models.items()}
+        role_models = {role: load_role_model(role, path, learner) for role, path in models.items()}
         main = tuple(dict.fromkeys(r.policy for r in self.collab.roles if r.name not in role_models))
-        if trainer.is_deepspeed_enabled and len(main) > 1:  # swaps on each rank's partitions
-            swaps = Zero3SwappedPolicies(main, lambda: trainer.optimizer)
+        if learner.is_deepspeed and len(main) > 1:  # swaps on each rank's partitions
+            swaps = Zero3SwappedPolicies(main, lambda: learner.optimizer)
         else:
-            swaps = SwappedPolicies(trainer.accelerator.unwrap_model(trainer.model), main, lambda: trainer.optimizer)
+            swaps = SwappedPolicies(learner.unwrapped_model, main, lambda: learner.optimizer)
         self.policies = PolicyStore({r.name: r.policy for r in self.collab.roles}, swaps, role_models,
-                                    trainer._turn_generate, trainer.processing_class, lambda: trainer.model)
+                                    player.generate, player.tokenizer, lambda: learner.model)
         """Where each role's weights live (``agentrl.policies``)."""
         self.schedule = RoleSchedule(self.collab.role_names, kw["role_schedule"], kw["role_block_steps"])
         self.role_steps = (RoleSteps(len(self.collab.roles), args.steps_per_generation,
@@ -77,30 +78,30 @@ class Collab(Algorithm):
                                rating_template=kw["rating_template"] or RATING_TEMPLATE,
                                wrong_answer_reward=VERIFIER_RANGE[(args.env_kwargs or {}).get("scale", "01")][0])
 
-    def advantages(self, trainer, episodes, records, state: CcpoState | None) -> tuple[Advantages, CcpoState]:
+    def advantages(self, episodes, records, state: CcpoState | None) -> tuple[Advantages, CcpoState]:
         """The collaboration credit module per record; ``ccpo`` reads ``state`` (None before the
         first update: fresh statistics) and its diagnostics carry the updated statistics
         (``credit/ccpo_state/*``), which become the new state."""
         state = CcpoState() if state is None else state
-        extra = {"state": state} if trainer.args.credit == "ccpo" else {}
-        adv, diag = trainer.compute_credit(records, **extra)
+        extra = {"state": state} if self.config.credit == "ccpo" else {}
+        adv, diag = self._credit(records, **extra)
         new = state_from_diagnostics(diag)
         return Advantages(adv, diag), state if new is None else new
 
     # ------------------------------------------------------------------ rollouts
-    def roll_out(self, trainer, tasks):
+    def roll_out(self, player, tasks):
         """The collaborations of this rank's tasks (``CollabPlay.episodes``); in role blocks the
         block's role is activated first (role-ordered steps activate in ``begin_micro_step``)."""
-        train = self.schedule.trained(trainer.state.global_step) if trainer.model.training else ()
+        train = self.schedule.trained(player.step) if player.training else ()
         if train and self.role_steps is None:
             self.policies.activate(train[0])
-        return self.play.episodes(trainer, tasks, train)
+        return self.play.episodes(player, tasks, train)
 
-    def runner(self, trainer):
+    def runner(self, learner):
         """Role blocks, role-ordered steps and role models (``agentrl.algorithms.collab_runner``)."""
         from agentrl.algorithms.collab_runner import CollabRunner
 
-        return CollabRunner(trainer, self)
+        return CollabRunner(learner, self)
 
     # ------------------------------------------------------------------ metrics
     def metric_episodes(self, episodes):
@@ -109,12 +110,12 @@ class Collab(Algorithm):
         return [ep for ep in episodes if isinstance(ep.tokens, RoleTokens) and ep.tokens.part == "joint"
                 and ep.tokens.role.name == final]
 
-    def metrics(self, trainer) -> dict[str, float]:
+    def metrics(self, step: int) -> dict[str, float]:
         t = self.play.times
         out = {f"collab/{k}": float(v) for k, v in t.items()}
         out["collab/counterfactual_overhead"] = t.get("counterfactual_s", 0.0) / max(t.get("joint_s", 0.0), 1e-9)
         if self.role_steps is None:  # else logged per optimizer step (the runner's begin_micro_step)
-            trained = self.schedule.trained(trainer.state.global_step)
+            trained = self.schedule.trained(step)
             out["collab/trained_role"] = (float(self.collab.role_names.index(trained[0])) if len(trained) == 1
                                           else -1.0)
         return out

@@ -40,8 +40,8 @@ COLLAB_STATE = "collab_state.pt"
 class CollabRunner(UpdateRunner):
     """The collaboration's rows, micro-batches, micro-steps and checkpoints (module docstring)."""
 
-    def __init__(self, trainer, algo: Collab):
-        super().__init__(trainer)
+    def __init__(self, learner, algo: Collab):
+        super().__init__(learner)
         self.collab, self.policies, self.schedule, self.role_steps = (algo.collab, algo.policies, algo.schedule,
                                                                       algo.role_steps)
 
@@ -52,8 +52,8 @@ class CollabRunner(UpdateRunner):
     def _block_role(self) -> str | None:
         """The role that trains at this step in role blocks (None in evaluation or with ``both``,
         where every role's rows train the trainer's model)."""
-        trained = self.schedule.trained(self.trainer.state.global_step)
-        return trained[0] if self.trainer.model.training and len(trained) == 1 else None
+        trained = self.schedule.trained(self.learner.step)
+        return trained[0] if self.learner.training and len(trained) == 1 else None
 
     def _training_role_model(self) -> RoleModel | None:
         """The role model whose role trains at this step (``collab_models``, role blocks), else None."""
@@ -77,18 +77,17 @@ class CollabRunner(UpdateRunner):
         for ep, adv in per_episode(episodes, credited.local()):
             by_role[ep.tokens.role.name] += episode_rows(ep, adv, credited.per_token)
         groups = [by_role[n] for n in self.collab.role_names]
-        t = self.trainer
-        n_max = t.max_over_ranks(max(len(r) for r in groups))
-        return self.role_steps.balance(groups, n_max, t.args.max_rows_per_rank, self.pad_id(), t.row_rng())
+        lr = self.learner
+        n_max = lr.max_over_ranks(max(len(r) for r in groups))
+        return self.role_steps.balance(groups, n_max, lr.config.max_rows_per_rank, self.pad_id(), lr.row_rng())
 
     def micro_batches(self, batch, mode):
         """Role-ordered steps: the rollout's micro-batches role after role, each tagged with its
         role (``RoleSteps.micro_batches``)."""
         if not self._role_ordered(mode):
             return super().micro_batches(batch, mode)
-        t = self.trainer
-        out = self.role_steps.micro_batches(batch, t.loss_is_split_invariant(),
-                                            lambda x: t.accelerator.gather(x).sum())
+        lr = self.learner
+        out = self.role_steps.micro_batches(batch, lr.split_invariant, lr.sum_over_ranks)
         per = len(out) // self.role_steps.n_roles
         for i, mb in enumerate(out):
             mb["role"] = i // per
@@ -104,45 +103,45 @@ class CollabRunner(UpdateRunner):
     def begin_micro_step(self, model):
         """Role-ordered steps: activate the role's policy before its optimizer step's first
         micro-batch (no gradients are pending there). A role on its own model: its loss on that model."""
-        t = self.trainer
-        # Trainer.training_step puts only the model it is given in train mode; the trainer's model
-        # must be too, since the trainer reads self.model.training to tell training from evaluation
-        t.model.train()
+        lr = self.learner
+        # Trainer.training_step puts only the model it is given in train mode; the learner's model
+        # must be too, since the trainer reads model.training to tell training from evaluation
+        lr.model.train()
         rm = self._training_role_model()
         if rm is not None:
             return rm.model
-        if self.role_steps is not None and t.micro_step % t.args.gradient_accumulation_steps == 0:
-            k = self.role_steps.role_at(t.micro_step)
+        if self.role_steps is not None and lr.micro_step % lr.config.gradient_accumulation_steps == 0:
+            k = self.role_steps.role_at(lr.micro_step)
             self.policies.activate(self.collab.roles[k].name)
-            t.log_metric("collab/trained_role", float(k))
+            lr.log_metric("collab/trained_role", float(k))
         return model
 
     def end_micro_step(self) -> None:
         """A role on its own model: that model's optimizer step after the optimizer step's last
         micro-batch (the Trainer's optimizer steps with no gradients), unless the guard refused it."""
-        t = self.trainer
+        lr = self.learner
         rm = self._training_role_model()
-        if rm is None or t.micro_step % t.args.gradient_accumulation_steps != 0:
+        if rm is None or lr.micro_step % lr.config.gradient_accumulation_steps != 0:
             return
-        if t.skip_update:
+        if lr.skip_update:
             rm.optimizer.zero_grad(set_to_none=True)
             return
-        t.log_metric("collab/role_model_grad_norm", rm.step(t.learning_rate(), t.args.max_grad_norm))
+        lr.log_metric("collab/role_model_grad_norm", rm.step(lr.learning_rate(), lr.config.max_grad_norm))
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_state(self) -> dict[str, Any]:
         """What ``collab_state.pt`` holds."""
-        t = self.trainer
-        ccpo = t.algorithm_state if t.algorithm_state is not None else CcpoState()
-        return {"policies": self.policies.state_dict(t.accelerator.num_processes), "ccpo": ccpo.state_dict(),
-                "schedule": asdict(self.schedule), "global_step": int(t.state.global_step)}
+        lr = self.learner
+        ccpo = lr.algorithm_state if lr.algorithm_state is not None else CcpoState()
+        return {"policies": self.policies.state_dict(lr.ranks.world), "ccpo": ccpo.state_dict(),
+                "schedule": asdict(self.schedule), "global_step": lr.step}
 
     def save_checkpoint(self, output_dir: str) -> None:
         import torch
 
-        t = self.trainer
-        self.policies.save(output_dir, t.accelerator.process_index, t.args.should_save)
-        if t.args.should_save:
+        lr = self.learner
+        self.policies.save(output_dir, lr.ranks.rank, lr.should_save)
+        if lr.should_save:
             torch.save(self.checkpoint_state(), Path(output_dir) / COLLAB_STATE)
 
     def load_checkpoint(self, checkpoint: str) -> None:
@@ -150,7 +149,7 @@ class CollabRunner(UpdateRunner):
         algorithm state); RecipeError for a checkpoint of another kind of run or schedule."""
         import torch
 
-        t = self.trainer
+        lr = self.learner
         path = Path(checkpoint) / COLLAB_STATE
         if not path.is_file():
             raise RecipeError(f"{checkpoint} has no {COLLAB_STATE}: not a checkpoint of a collaboration run")
@@ -160,18 +159,17 @@ class CollabRunner(UpdateRunner):
             raise RecipeError(f"resume: the checkpoint's role schedule {asdict(saved)} differs from this run's "
                               f"{asdict(self.schedule)}")
         try:
-            self.policies.load(d["policies"], checkpoint, t.accelerator.process_index, t.accelerator.num_processes)
+            self.policies.load(d["policies"], checkpoint, lr.ranks.rank, lr.ranks.world)
         except CheckpointMismatch as e:
             raise RecipeError(str(e)) from None
-        t.algorithm_state = CcpoState.from_state_dict(d["ccpo"])
+        lr.algorithm_state = CcpoState.from_state_dict(d["ccpo"])
 
     def save_model(self, output_dir: str) -> None:
         """``collab.json`` and every policy as ``policies/<name>/`` (role models with their tokenizer)."""
-        t = self.trainer
         out = Path(output_dir)
         if self.policies.zero3:  # gathers and swaps are collective: every rank saves
             self._save_policies(out)
-        if not t.accelerator.is_main_process:
+        if not self.learner.ranks.is_main:
             return
         (out / "collab.json").write_text(json.dumps(to_dict(self.collab), indent=1))
         if (self.policies.separate or self.policies.role_models) and not self.policies.zero3:
@@ -184,4 +182,4 @@ class CollabRunner(UpdateRunner):
     def _save_policies(self, out: Path) -> None:
         for name in self.policies.names:
             with self.policies.use_policy(name):
-                self.trainer.save_model(str(out / "policies" / name), _internal_call=True)
+                self.learner.save_model(str(out / "policies" / name))

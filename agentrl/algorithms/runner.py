@@ -8,7 +8,9 @@ roles: ``agentrl.algorithms.collab_runner``) has its own runner; nobody else's i
 The trainer calls, per iteration: ``rows`` (episodes -> balanced rows), ``micro_batches`` (the
 packed rows -> the update's micro-batches), ``policy`` around the no-grad forwards of a
 micro-batch (old log-probs), ``begin_micro_step`` / ``end_micro_step`` around each training
-micro-step; and ``save_checkpoint`` / ``load_checkpoint`` / ``save_model`` for the run folder.
+micro-step; and ``save_checkpoint`` / ``load_checkpoint`` / ``save_model`` for the run folder. A
+runner is given the ``Learner`` handle (``agentrl.algorithms.learner``), not the trainer; it makes
+rows with ``agentrl.rollout.rows`` itself.
 """
 
 from __future__ import annotations
@@ -16,38 +18,57 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from agentrl.rollout.rows import length_grouped_micro_batches, shuffled_micro_batches, trim_padding
+from agentrl.rollout.rows import (
+    balance_rows,
+    episode_rows,
+    length_grouped_micro_batches,
+    per_episode,
+    row_target,
+    shuffled_micro_batches,
+    trim_padding,
+)
 
 if TYPE_CHECKING:
+    from agentrl.algorithms.learner import Learner
     from agentrl.rollout.contexts import Row
     from agentrl.rollout.episodes import Episode
     from agentrl.rollout.rows import RowCounts
 
 
 class UpdateRunner:
-    """One policy, the trainer's model, trains on every row (see the module docstring)."""
+    """One policy, the learner's model, trains on every row (see the module docstring)."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    def __init__(self, learner: Learner):
+        self.learner = learner
 
     def pad_id(self) -> int:
         """The pad id of the rows."""
-        return self.trainer.processing_class.pad_token_id
+        return self.learner.tokenizer.pad_token_id
 
     def rows(self, episodes: list[Episode], credited, mode: str) -> tuple[list[Row], RowCounts]:
-        """Every episode's rows, balanced to one count on every rank."""
-        return self.trainer.balance_rows(self.trainer.episode_rows(episodes, credited), mode, self.pad_id())
+        """Every episode's rows (from the context that played it), balanced to one count on every
+        rank (``agentrl.rollout.rows.balance_rows``)."""
+        rows = [row for ep, adv in per_episode(episodes, credited.local())
+                for row in episode_rows(ep, adv, credited.per_token)]
+        return self.balance(rows, mode)
+
+    def balance(self, rows: list[Row], mode: str) -> tuple[list[Row], RowCounts]:
+        """``rows`` to the count every rank trains on (fillers or a seeded sample)."""
+        c, lr = self.learner.config, self.learner
+        spg = c.steps_per_generation if mode == "train" else 1
+        target = row_target(lr.max_over_ranks(len(rows)), c.max_rows_per_rank, spg)
+        return balance_rows(rows, target, self.pad_id(), lr.row_rng())
 
     def micro_batches(self, batch: dict[str, Any], mode: str) -> list[dict[str, Any]]:
         """``steps_per_generation`` micro-batches (one in evaluation): grouped by length where the
         gradient does not depend on the grouping (``groups_rows_by_length``), else a seeded shuffle."""
-        t = self.trainer
-        n = t.args.steps_per_generation if mode == "train" else 1
+        lr = self.learner
+        n = lr.config.steps_per_generation if mode == "train" else 1
         if n == 1:
             return [trim_padding(batch)]
-        if t.groups_rows_by_length():
+        if lr.groups_rows_by_length():
             return length_grouped_micro_batches(batch, n)
-        return shuffled_micro_batches(batch, n, t.torch_rng())
+        return shuffled_micro_batches(batch, n, lr.torch_rng())
 
     def policy(self, mb: dict[str, Any]):
         """Context in which ``mb``'s rows are the policy's (its no-grad forwards run inside)."""
@@ -55,7 +76,7 @@ class UpdateRunner:
 
     def loss_model(self, mb: dict[str, Any]):
         """The model whose log-probs ``mb``'s old log-probs are (the one it trains)."""
-        return self.trainer.model
+        return self.learner.model
 
     def begin_micro_step(self, model):
         """The model a training micro-step runs on."""

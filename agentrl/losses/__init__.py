@@ -18,6 +18,42 @@ from typing import Any
 
 import torch
 
+# ----------------------------------------------------------------------------------- registries
+# Each registry is a name -> entry table with one decorator that refuses a taken name.
+CorrectionFn = Callable[..., Any]
+"""``fn(d, mask, settings) -> Treated``: a rollout correction (``agentrl.losses.correction``)."""
+_CORRECTIONS: dict[str, CorrectionFn] = {}
+
+
+def _add(table: dict[str, Any], kind: str, name: str, entry: Any) -> None:
+    if name in table:
+        held = table[name]
+        raise ValueError(f"{kind} {name!r} is already registered ({getattr(held, 'fn', held).__qualname__})")
+    table[name] = entry
+
+
+def register_rollout_correction(name: str) -> Callable[[CorrectionFn], CorrectionFn]:
+    """Decorator: register a rollout correction under ``name`` (a taken name is a ValueError)."""
+
+    def deco(fn: CorrectionFn) -> CorrectionFn:
+        _add(_CORRECTIONS, "rollout correction", name, fn)
+        return fn
+
+    return deco
+
+
+def rollout_correction_names() -> list[str]:
+    return sorted(_CORRECTIONS)
+
+
+def get_rollout_correction(name: str) -> CorrectionFn:
+    if name not in _CORRECTIONS:
+        raise KeyError(f"unknown rollout correction {name!r}; registered: {', '.join(sorted(_CORRECTIONS))}")
+    return _CORRECTIONS[name]
+
+
+from .correction import Correction, CorrectionSettings, correction_weights  # noqa: E402  (registers the built-in ones)
+
 
 @dataclass
 class LossBatch:
@@ -155,5 +191,6 @@ def compute(name: str, batch: LossBatch, settings: LossSettings) -> tuple[LossOu
     return out, nonfinite_parts(batch, out)
 
 
-__all__ = ["LossBatch", "LossOutput", "LossSettings", "compute", "get_policy_loss",
-           "nonfinite_parts", "policy_loss_names", "prepared", "register_policy_loss"]
+__all__ = ["Correction", "CorrectionSettings", "LossBatch", "LossOutput", "LossSettings", "compute",
+           "correction_weights", "get_policy_loss", "get_rollout_correction", "nonfinite_parts", "policy_loss_names",
+           "prepared", "register_policy_loss", "register_rollout_correction", "rollout_correction_names"]

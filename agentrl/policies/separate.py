@@ -108,17 +108,19 @@ class RoleModel:
         self.optimizer.load_state_dict(d["optimizer"])
 
 
-def load_role_model(role: str, path: str, trainer) -> RoleModel:
-    """``path``'s model and tokenizer for ``role``, on the trainer's device, with an optimizer like
-    the Trainer's (class, betas, eps, weight decay on the same parameter kinds)."""
+def load_role_model(role: str, path: str, learner) -> RoleModel:
+    """``path``'s model and tokenizer for ``role``, on the learner's device, with an optimizer like
+    the Trainer's (class, betas, eps, weight decay on the same parameter kinds). ``learner``: the
+    ``agentrl.algorithms.learner.Learner`` handle."""
     from agentrl.models import resolve_model
 
-    args = trainer.args
+    args = learner.config
+    sampling = learner.sampling
     local = resolve_model(path)
     tok = AutoTokenizer.from_pretrained(local)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    model = create_model_from_path(local, **dict(args.model_init_kwargs or {})).to(trainer.accelerator.device)
+    model = create_model_from_path(local, **dict(args.model_init_kwargs or {})).to(learner.accelerator.device)
     base = model
     if args.use_peft:
         from peft import get_peft_model
@@ -128,19 +130,19 @@ def load_role_model(role: str, path: str, trainer) -> RoleModel:
         model = get_peft_model(model, build_peft_config(args))
     # TRL's loss asks the model for log-probs through the fused LM head it patches into the
     # Trainer's model (GRPOTrainer.__init__); the role model gets the same patch
-    add_fused_lm_head(base, temperature=trainer.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
+    add_fused_lm_head(base, temperature=sampling["temperature"], cast_lm_head_to_fp32=args.cast_lm_head_to_fp32,
                       outputs=("log_probs", "entropy"))
     model.train()
     checkpointing = None
     if args.gradient_checkpointing:
         checkpointing = dict(args.gradient_checkpointing_kwargs or {"use_reentrant": False})
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
-    decay = set(trainer.get_decay_parameter_names(model))
+    decay = set(learner.decay_parameter_names(model))
     groups = [{"params": [p for n, p in model.named_parameters() if p.requires_grad and (n in decay) == d],
                "weight_decay": args.weight_decay if d else 0.0} for d in (True, False)]
     opt_cls, opt_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
     optimizer = opt_cls([g for g in groups if g["params"]], **opt_kwargs)
-    kw = dict(trainer.generation_kwargs)
+    kw = dict(sampling["generation_kwargs"])
     eos = tok.eos_token_id
     kw.update(pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=eos)
     return RoleModel(role, path, model, tok, optimizer, GenerationConfig(**kw, disable_compile=True), checkpointing)

@@ -1,18 +1,15 @@
 """``AgentGRPOTrainer``: GRPOTrainer with multi-turn env rollouts, pluggable step-level credit
 and our own loss.
 
-TRL's training loop, optimizer, ZeRO-3, PEFT, generation (``_generate_single_turn``) and
-checkpoints run as they are. One rollout feeds ``steps_per_generation * num_iterations`` training
+TRL's training loop, optimizer, ZeRO-3, PEFT and checkpoints run as they are. The trainer is the
+learner: its rollout source (``agentrl.producer``) hands it one ``RolloutBatch`` per iteration
+(this rank's episodes, played by the algorithm's ``roll_out`` on a ``Player``; rewards shaped),
+and it learns from it. One batch feeds ``steps_per_generation * num_iterations`` training
 micro-steps (``_prepare_inputs`` buffers its micro-batches). An iteration is a list of named
 steps, one method each (the data flow is drawn in ``docs/design.md``):
 
-``_build_tasks``        dataset rows -> rollout tasks (TRL's RepeatSampler already repeated each
-                        task ``num_generations`` times: equal task ids = one group, group id
-                        ``s{global_step}:t{task_id}``; groups may straddle ranks)
-``_roll_out``           the algorithm's ``roll_out``; by default ``run_episodes`` with one batched
-                        ``_generate_single_turn`` call per turn (TRL's own path: HF generate / vLLM /
-                        ZeRO-3 gather), ranks in lock-step
-``_shape_rewards``      ``valid_action_reward`` on accepted actions, then the algorithm's
+``source.next``         TRL's task rows -> this rank's episodes (group id ``s{step}:t{task_id}``;
+                        groups may straddle ranks), the policy version that played them, timings
 ``_gather_and_credit``  step records of all ranks -> the algorithm's ``advantages`` -> this rank's slice
 ``runner.rows``         each episode's context turns it into training rows, balanced across ranks
 ``pack_rows``           the rows' tensors: prompt + completion packed, padding on the right only
@@ -23,7 +20,7 @@ Each training micro-step (``_compute_loss``) computes the policy's log-probs onc
 algorithm's registered policy loss (``agentrl.losses``); the non-finite guard
 (``agentrl.trainer.guard``) refuses an optimizer step whose loss or gradient is NaN or inf.
 Where rows train (several policies, their checkpoints) is the algorithm's update runner
-(``agentrl.algorithms.runner``). There is no other trainer subclass.
+(``agentrl.algorithms.runner``), given a ``Learner`` handle. There is no other trainer subclass.
 """
 
 from __future__ import annotations
@@ -36,29 +33,22 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate.utils import gather_object
+from transformers import TrainerCallback
 from trl import GRPOTrainer
-from trl.models.utils import unwrap_model_for_generation
 
 from agentrl import losses
 from agentrl.algorithms import Advantages, Algorithm, for_config
-from agentrl.config import AgentRLConfig, credit_kwargs, rollout_settings
+from agentrl.algorithms.learner import Learner
+from agentrl.config import AgentRLConfig, credit_kwargs
 from agentrl.losses import LossBatch
+from agentrl.producer import GenerationSetup, Player, PolicyGeneration, RolloutBatch, SyncSource
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
-from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming, run_episodes
-from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
+from agentrl.rollout.episodes import Episode
 from agentrl.rollout.metrics import episode_metrics, episode_summary
-from agentrl.rollout.rows import (
-    RowCounts,
-    balance_rows,
-    episode_rows,
-    pack_rows,
-    per_episode,
-    real_token_share,
-    row_target,
-)
-from agentrl.rollout.settings import RolloutSettings
-from agentrl.trainer.credited import Credited, compute_credit, credit_requirements
+from agentrl.rollout.ranks import Ranks
+from agentrl.rollout.rows import RowCounts, pack_rows, real_token_share
+from agentrl.trainer.credited import Credited, credit_requirements
 from agentrl.trainer.guard import HeldScheduler, NonFiniteGuard, nonfinite_grads
 from agentrl.trainer.logprobs import completion_logps
 from agentrl.trainer.tasks import EpochTaskOrder, _check_fingerprint_layer, build_task_dataset, env_reward
@@ -89,8 +79,7 @@ class AgentGRPOTrainer(GRPOTrainer):
                  peft_config=None, callbacks=None, algorithm: Algorithm | None = None):
         algorithm = algorithm or for_config(args)
         algorithm.check(args)  # a trainer built without load_recipe gets the same one-line refusals
-        credit_kw = credit_kwargs(args)
-        credit_needs = credit_requirements(args.credit, credit_kw)
+        credit_needs = credit_requirements(args.credit, credit_kwargs(args))
         if "fingerprint" in credit_needs:  # fail before the model loads, not at the first rollout
             _check_fingerprint_layer(model, args.fingerprint_layer)
         if train_dataset is None:
@@ -109,89 +98,46 @@ class AgentGRPOTrainer(GRPOTrainer):
         """The latest micro-step's loss output (for tests and tools)."""
         self.timings: dict[str, float] = {}
         """Seconds of the parts of the current optimizer step (``time/*``)."""
-        self.credit_kw = credit_kw
-        self.credit_needs = credit_needs
-        self.need_fingerprint = "fingerprint" in self.credit_needs
+        self.need_fingerprint = "fingerprint" in credit_needs
         # Sampling logprobs of env tokens do not exist; TRL's vLLM IS correction would index a
         # ratio we do not build. Off until per-turn vLLM logprobs are threaded through.
         self.vllm_importance_sampling_correction = False
-        self._fp_capture: FingerprintCapture | None = None
-        self._fp_time = 0.0
-        self._gen_time = 0.0
-        self._gen_tokens = 0
-        self._gen_in_step = 0.0
-        self._timing = RolloutTiming()
         self.last_rollout: dict[str, Any] | None = None
         """The latest iteration's global records, advantages and this rank's rows (for tests/tools)."""
+        self._micro_batches: list[dict[str, Any]] | None = None
+        """The current rollout's micro-batches (None right after a resume: the next step plays anew)."""
+        self._gen_in_step = 0.0
         if self.accelerator.device.type == "cuda":
             cudnn_attention(bool(args.allow_cudnn_attention))
         self.add_callback(EpochTaskOrder())  # a resumed run draws the tasks the uninterrupted one did
-        self.algorithm.bind(self)
-        self.runner = self.algorithm.runner(self)
+        self.learner = Learner(self)
+        """What the algorithm's learner-side parts get (``agentrl.algorithms.learner``)."""
+        self.source = SyncSource(self._player(), algorithm, args.valid_action_reward)
+        """Where each iteration's episodes come from (``agentrl.producer``)."""
+        self.add_callback(_PublishWeights(self.source))
+        self.algorithm.bind(self.source.player, self.learner)
+        self.runner = self.algorithm.runner(self.learner)
         """Where the rows train (``agentrl.algorithms.runner``)."""
 
-    # ------------------------------------------------------------------ generation (one turn)
-    def _unwrapped(self):
-        return self.accelerator.unwrap_model(self.model)
-
-    def _turn_generate(self, prompts: list[list[int]]):
-        t0 = time.perf_counter()
-        fps = None
-        if self.need_fingerprint and not self.use_vllm:
-            if self._fp_capture is None:
-                self._fp_capture = FingerprintCapture(self._unwrapped(), self.args.fingerprint_layer)
-            with self._fp_capture as cap:
-                cap.elapsed = 0.0
-                cap.arm()
-                completion_ids, _ = self._generate_single_turn(prompts, None, {}, num_generations=1)
-                t1 = time.perf_counter()
-                fps = cap.take()
-                self._fp_time += time.perf_counter() - t1 + cap.elapsed
-        else:  # under vLLM the fingerprints come after the rollout (``_fingerprints_after``)
-            completion_ids, _ = self._generate_single_turn(prompts, None, {}, num_generations=1)
-        self._gen_time += time.perf_counter() - t0
-        self._gen_tokens += sum(len(c) for c in completion_ids)
-        completion_ids = [list(c) for c in completion_ids]
-        return GenerateOutput(completion_ids, fps) if fps is not None else completion_ids
-
-    def _sync(self, n_active: int) -> int:
-        """The most active episodes any rank has this turn (``RolloutSettings.sync``)."""
-        if self.accelerator.num_processes == 1:
-            return n_active
-        count = torch.tensor([int(n_active)], device=self.accelerator.device)
-        return int(self.accelerator.gather(count).max().item())
-
-    def _fingerprints_after(self, prompts: list[list[int]]) -> list[list[float]]:
-        """vLLM generated elsewhere: fingerprints of a whole rollout's prompts by a truncated
-        no-grad forward through blocks 0..L, under one ZeRO-3 parameter gather (not one per turn).
-        Every rank runs the same number of chunks: without the gather each forward is a collective."""
-        size = max(1, self.args.per_device_train_batch_size)
-        chunks = [prompts[i:i + size] for i in range(0, len(prompts), size)]
-        n = max(gather_object([len(chunks)])) if self.accelerator.num_processes > 1 else len(chunks)
-        out: list[list[float]] = []
-        with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                         gather_deepspeed3_params=self.args.ds3_gather_for_generation) as m:
-            for k in range(n):
-                fps = truncated_forward_fingerprints(m, chunks[k] if k < len(chunks) else prompts[:1] or [[0]],
-                                                     self.args.fingerprint_layer, self._tokenizer.pad_token_id)
-                out += fps if k < len(chunks) else []
-        return out
-
-    def rollout_settings(self, **overrides) -> RolloutSettings:
-        """``RolloutSettings`` from the config (+ ``overrides``, any of its fields)."""
-        return rollout_settings(
-            self.args, progress=self.accelerator.is_main_process and not self.args.disable_tqdm,
-            sync=self._sync if self.accelerator.num_processes > 1 else None, pad_batch=self.use_vllm,
-            fingerprints_after=self._fingerprints_after if self.need_fingerprint and self.use_vllm else None,
-            **overrides)
-
-    def rollout(self, tasks: list[dict], generate=None, tokenizer=None, **overrides) -> list[Episode]:
-        """Play ``tasks`` with the current policy (collective: all ranks call it together), or with
-        ``generate`` (token-id prompts -> completions) and its ``tokenizer`` (e.g. a role's policy).
-        ``overrides`` are ``RolloutSettings`` fields (e.g. ``env_kwargs``, ``context_mode``)."""
-        settings = self.rollout_settings(**overrides)
-        return run_episodes(tasks, generate or self._turn_generate, tokenizer or self.processing_class, settings,
-                            envs=self._env_pool(settings, len(tasks)), timing=self._timing)
+    def _player(self) -> Player:
+        """The producer-side handle over this process's model: TRL's sampling settings and engine
+        (HF generate, vLLM, continuous batching), the run's env batch, and the learner's no-grad
+        forward for scoring completions (``completion_logps``)."""
+        a = self.args
+        engine = "vllm" if self.use_vllm else "cb" if self.use_transformers_continuous_batching else "hf"
+        setup = GenerationSetup(
+            model=lambda: self.model_wrapped, accelerator=self.accelerator, pad_id=self.processing_class.pad_token_id,
+            eos_ids=list(self.eos_token_ids), generation_config=self.generation_config,
+            generation_kwargs=getattr(self, "generation_kwargs", None), pad_to_multiple_of=self.pad_to_multiple_of,
+            gather_ds3=a.ds3_gather_for_generation, checkpointing_kwargs=a.gradient_checkpointing_kwargs,
+            engine=engine, vllm=getattr(self, "vllm_generation", None),
+            cb_config=getattr(self, "continuous_batching_config", None),
+            cb_dtype=torch.bfloat16 if a.bf16 else torch.float16 if a.fp16 else None,
+            cb_lm_head_fp32=bool(a.cast_lm_head_to_fp32),
+            fingerprint_layer=a.fingerprint_layer if self.need_fingerprint else None)
+        generation = PolicyGeneration(setup, version=lambda: self.state.global_step)
+        return Player(a, generation, self.processing_class, Ranks.of(self.accelerator), score=self.completion_logps,
+                      progress=self.accelerator.is_main_process and not a.disable_tqdm)
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's training loop; a checkpoint to resume from must be of this run's kind (one line
@@ -201,80 +147,27 @@ class AgentGRPOTrainer(GRPOTrainer):
         try:
             return super().train(resume_from_checkpoint, *args, **kwargs)
         finally:  # the env workers end with the run (a finalizer would too, later)
-            if getattr(self, "_workers", None) is not None:
-                self._workers.close()
-                self._workers = None
-
-    def _env_pool(self, settings: RolloutSettings, n: int):
-        """This rank's env batch, made at the first rollout and kept for the run: its envs are
-        reset, not rebuilt, every iteration. ``env_workers`` > 0: a worker pool; 0: ``LocalEnvs``
-        in this process. None (a fresh in-process batch) for a rollout with other env settings
-        (a hook's override)."""
-        a = self.args
-        if (settings.env_id, settings.env_kwargs) != (a.env_id, dict(a.env_kwargs or {})):
-            return None
-        from agentrl.rollout.env_pool import LocalEnvs, WorkerEnvs, default_workers
-
-        if getattr(self, "_workers", None) is None:
-            w = (default_workers(n, self.accelerator.num_processes) if a.env_workers == "auto"
-                 else int(a.env_workers))
-            self._workers = (WorkerEnvs(a.env_id, dict(a.env_kwargs or {}), n, workers=w, timeout_s=a.env_timeout_s)
-                             if w > 0 else LocalEnvs(a.env_id, dict(a.env_kwargs or {}), n))
-        self._workers.resize(n)
-        return self._workers
+            self.source.close()
 
     # ------------------------------------------------------------------ the iteration
     def make_iteration_batch(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """One iteration's packed rows from TRL's task rows (module docstring: the steps)."""
         mode = "train" if self.model.training else "eval"
-        episodes, rollout_s = self._roll_out(self._build_tasks(inputs))
-        self._shape_rewards(episodes)
+        batch = self.source.next(inputs, self.state.global_step, training=self.model.training)
+        episodes = batch.episodes
         credited = self._gather_and_credit(episodes)
         t0 = time.perf_counter()
         rows, counts = self.runner.rows(episodes, credited, mode)
         out = {k: v.to(self.accelerator.device) for k, v in pack_rows(rows, self.runner.pad_id()).items()}
         out["num_items_in_batch"] = self.accelerator.gather(out["num_items_in_batch"]).sum()
         self.timings["rows_s"] = time.perf_counter() - t0
-        self.timings.update(rollout_s=rollout_s, credit_s=credited.seconds)
+        self.timings.update(rollout_s=batch.times.rollout_s, credit_s=credited.seconds)
         self.last_rollout = dict(records=credited.records, advantages=credited.advantages,
                                  offset=credited.offset, n_local=credited.n_local, rows=out, episodes=episodes,
                                  n_real_rows=counts.real, filler=counts.filler)
-        self._log_metrics(mode, episodes, credited, counts, rollout_s)
+        self._log_metrics(mode, batch, credited, counts)
         self._write_rollouts(credited)
         return out
-
-    def _build_tasks(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Rollout tasks from the dataset rows; equal task ids in one iteration = one group."""
-        step, rank = self.state.global_step, self.accelerator.process_index
-        return [{"seed": int(x["task_seed"]), "options": json.loads(x["task_options"]),
-                 "group_id": f"s{step}:t{int(x['task_id'])}", "traj_id": f"s{step}:r{rank}:{k}"}
-                for k, x in enumerate(inputs)]
-
-    def _roll_out(self, tasks: list[dict[str, Any]]) -> tuple[list[Episode], float]:
-        """This rank's episodes (the algorithm's extra ones included) and the seconds they took."""
-        self._fp_time = self._gen_time = 0.0
-        self._gen_tokens = 0
-        self._timing = RolloutTiming()
-        t0 = time.perf_counter()
-        episodes = self.algorithm.roll_out(self, tasks)
-        return episodes, time.perf_counter() - t0
-
-    def _shape_rewards(self, episodes: list[Episode]) -> None:
-        """Add ``valid_action_reward`` to accepted actions (spread inside groups that all fail);
-        the env's own reward is kept as ``info.env_reward``. Then the algorithm's own shaping of
-        this rank's episodes (APPO: each branch inherits its parent's prefix rewards)."""
-        bonus = self.args.valid_action_reward
-        for ep in episodes:
-            for r in ep.steps:
-                r.info["env_reward"] = r.reward
-                if bonus and r.valid:
-                    r.reward = r.reward + bonus
-        self.algorithm.shape_rewards(episodes)
-
-    def compute_credit(self, records: list[StepRecord], **extra) -> tuple[np.ndarray, dict[str, float]]:
-        """The recipe's credit module on ``records`` (``extra``: kwargs beyond the recipe's, e.g. an
-        algorithm's state): one advantage each, and its diagnostics."""
-        return compute_credit(self.args.credit, records, {**self.credit_kw, **extra})
 
     def _gather_and_credit(self, episodes: list[Episode]) -> Credited:
         """Step records of all ranks, the algorithm's advantages on the global batch, this rank's
@@ -294,7 +187,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         if not records:
             adv = Advantages(np.zeros(0))
         else:
-            adv, state = self.algorithm.advantages(self, episodes, records, self.algorithm_state)
+            adv, state = self.algorithm.advantages(episodes, records, self.algorithm_state)
             if self.model.training:
                 self.algorithm_state = state
         if adv.per_record.shape[0] != len(records):
@@ -302,30 +195,6 @@ class AgentGRPOTrainer(GRPOTrainer):
                              f"for {len(records)} records")
         return Credited(records=records, advantages=adv.per_record, diagnostics=adv.diagnostics, offset=offset,
                         n_local=len(local), seconds=time.perf_counter() - t0, per_token=adv.per_token)
-
-    def episode_rows(self, episodes: list[Episode], credited: Credited) -> list[Row]:
-        """Training rows of this rank's episodes, each from the context that played it."""
-        return [row for ep, adv in per_episode(episodes, credited.local())
-                for row in episode_rows(ep, adv, credited.per_token)]
-
-    def balance_rows(self, rows: list[Row], mode: str, pad_id: int) -> tuple[list[Row], RowCounts]:
-        """The same number of rows on every rank (``agentrl.rollout.rows``)."""
-        a = self.args
-        spg = a.steps_per_generation if mode == "train" else 1
-        target = row_target(self.max_over_ranks(len(rows)), a.max_rows_per_rank, spg)
-        return balance_rows(rows, target, pad_id, self.row_rng())
-
-    def max_over_ranks(self, n: int) -> int:
-        """The largest ``n`` any rank holds (every rank must call it)."""
-        return max(gather_object([n])) if self.accelerator.num_processes > 1 else n
-
-    def row_rng(self) -> np.random.Generator:
-        """The generator that picks rows to drop or repeat: seeded per run, step and rank."""
-        return np.random.default_rng([self.args.seed, self.state.global_step, self.accelerator.process_index])
-
-    def torch_rng(self) -> torch.Generator:
-        """A torch generator seeded like ``row_rng`` (a shuffled split of the rows into micro-batches)."""
-        return torch.Generator().manual_seed(int(self.row_rng().integers(2**62)))
 
     def _episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """``env/*`` metrics over all ranks' episodes (every rank computes the same numbers from
@@ -337,16 +206,16 @@ class AgentGRPOTrainer(GRPOTrainer):
             return {}
         return {k: float(v) for k, v in episode_metrics(all_summ).items()}
 
-    def _log_metrics(self, mode: str, episodes: list[Episode], credited: Credited, counts: RowCounts,
-                     rollout_s: float) -> None:
+    def _log_metrics(self, mode: str, batch: RolloutBatch, credited: Credited, counts: RowCounts) -> None:
         """Episode, timing, row and credit metrics into TRL's metric buffer."""
         m = self._metrics[mode]
-        values = self._episode_metrics(episodes)
+        values = self._episode_metrics(batch.episodes)
+        t = batch.times
         values.update({  # time/rollout_s and time/credit_s: per optimizer step, in _close_step
-            "time/env_s": self._timing.env_s,
-            "time/env_share": self._timing.env_s / max(rollout_s, 1e-9),
-            "time/fingerprint_s": self._fp_time + self._timing.fingerprint_s,
-            "gen/tokens_per_s": self._gen_tokens / max(self._gen_time, 1e-9),
+            "time/env_s": t.env_s,
+            "time/env_share": t.env_share,
+            "time/fingerprint_s": t.fingerprint_s,
+            "gen/tokens_per_s": t.tokens_per_s,
             "rows/real": float(min(counts.real, counts.target)),
             "rows/filler": float(counts.filler),
             "rows/dropped": float(counts.dropped),
@@ -357,7 +226,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         if len(credited.advantages):
             values["credit/adv_mean"] = float(np.mean(credited.advantages))
             values["credit/adv_abs_mean"] = float(np.mean(np.abs(credited.advantages)))
-        values.update(self.algorithm.metrics(self))
+        values.update(self.algorithm.metrics(self.state.global_step))
         for k, v in values.items():
             m[k].append(v)
 
@@ -406,10 +275,6 @@ class AgentGRPOTrainer(GRPOTrainer):
         """Add a value to this logging step's ``name`` (values are averaged when logged)."""
         self._metrics[mode][name].append(float(value))
 
-    def learning_rate(self) -> float:
-        """The scheduler's current learning rate."""
-        return float(self._get_learning_rate())
-
     # ------------------------------------------------------------------ micro-batches
     def groups_rows_by_length(self) -> bool:
         """Whether the update may group rows by length: the gradient must not depend on which
@@ -432,14 +297,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         if mode == "eval":
             return self.micro_batches(self.make_iteration_batch(generation_batch), mode)[0]
         spg = self.args.steps_per_generation
-        if self._step % (spg * self.num_iterations) == 0 or self._buffered_inputs is None:
-            # _buffered_inputs is None right after resuming from a checkpoint
+        if self._step % (spg * self.num_iterations) == 0 or self._micro_batches is None:
+            # _micro_batches is None right after resuming from a checkpoint
             t0 = time.perf_counter()
             batch = self.make_iteration_batch(generation_batch)
-            self._buffered_inputs = self.micro_batches(batch, mode)
+            self._micro_batches = self.micro_batches(batch, mode)
             self._gen_in_step += time.perf_counter() - t0  # excluded from time/update_s
-            self._metrics["train"]["rows/real_token_share"].append(real_token_share(self._buffered_inputs))
-        return self._buffered_inputs[self._step % spg]
+            self._metrics["train"]["rows/real_token_share"].append(real_token_share(self._micro_batches))
+        return self._micro_batches[self._step % spg]
 
     def micro_batches(self, batch: dict[str, Any], mode: str) -> list[dict[str, Any]]:
         """The runner's micro-batches of ``batch``, each with its old / reference log-probs
@@ -577,3 +442,13 @@ class AgentGRPOTrainer(GRPOTrainer):
 
 GUARD_FILE = "nonfinite_guard.json"
 """The non-finite guard's counts in a checkpoint folder."""
+
+
+class _PublishWeights(TrainerCallback):
+    """Tells the rollout source the learner's policy version after every optimizer step."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.source.publish(state.global_step)

@@ -17,19 +17,6 @@ def credit_requirements(name: str, kw: dict[str, Any]) -> frozenset:
     return frozenset(credit.requirements(name, **kw))
 
 
-def compute_credit(name: str, records: list[StepRecord], kw: dict[str, Any]) -> tuple[np.ndarray, dict[str, float]]:
-    """Step advantages aligned with ``records`` + diagnostics, via agentrl.credit."""
-    if not records:
-        return np.zeros(0), {}
-    from agentrl import credit
-
-    res = credit.compute(name, records, **kw)
-    adv = np.asarray(res.step_advantages, dtype=np.float64)
-    if adv.shape[0] != len(records):
-        raise ValueError(f"credit {name!r} returned {adv.shape[0]} advantages for {len(records)} records")
-    return adv, dict(res.diagnostics or {})
-
-
 @dataclass
 class Credited:
     """The global step records of one iteration with their advantages."""

@@ -26,18 +26,18 @@ class Faulty(Algorithm):
         "param": Param("model.layers.0.mlp.down_proj.weight", "the parameter one entry of whose gradient gets it", "str"),
     }
 
-    def bind(self, trainer) -> None:
-        self.trainer = trainer
+    def bind(self, player, learner) -> None:
+        self.learner = learner
         if self.kwargs["where"] == "grad":
-            params = dict(trainer.model.named_parameters())
+            params = dict(learner.model.named_parameters())
             params[self.kwargs["param"]].register_hook(self.poison_one_entry)
 
     def poison(self) -> float:
         """The factor of this moment: the injected value at a chosen step on a chosen rank, else 1."""
-        t = self.trainer
-        step = t.state.global_step + 1
+        lr = self.learner
+        step = lr.step + 1
         rank = self.kwargs["rank"]
-        hit = step in self.kwargs["steps"] and rank in (-1, t.accelerator.process_index) and t.model.training
+        hit = step in self.kwargs["steps"] and rank in (-1, lr.ranks.rank) and lr.training
         return float(self.kwargs["value"]) if hit else 1.0
 
     def poison_one_entry(self, grad: torch.Tensor) -> torch.Tensor:
@@ -52,9 +52,9 @@ class Faulty(Algorithm):
     def loss(self, config):
         return "faulty_dapo", {"poison": self.poison if self.kwargs["where"] == "loss" else (lambda: 1.0)}
 
-    def metrics(self, trainer) -> dict[str, float]:
+    def metrics(self, step: int) -> dict[str, float]:
         with torch.no_grad():
-            total = sum(float(getattr(p, "ds_tensor", p).double().sum()) for p in trainer.model.parameters()
+            total = sum(float(getattr(p, "ds_tensor", p).double().sum()) for p in self.learner.model.parameters()
                         if p.requires_grad)
         return {"faulty/param_sum": total}
 

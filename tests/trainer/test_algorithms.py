@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
 from agentrl import algorithms
@@ -51,20 +50,15 @@ def test_duplicate_names_are_refused(monkeypatch):
 def test_default_hooks_are_the_credit_module_and_the_recipes_loss():
     # two episodes of one group, one step each, returns 1 and 0: GRPO's (r - mean) / (sample std +
     # 1e-6) = +-0.5 / (sqrt(0.5) + 1e-6) = +-0.707106, the credit module's number passed through
-    # unchanged (the trainer's compute_credit is all the default hook calls)
+    # unchanged (``agentrl.credit.compute`` is all the default hook calls)
     recs = [StepRecord(group_id="g", traj_id=t, t=0, obs="o", action="a", reward=r, done=True)
             for t, r in (("a", 1.0), ("b", 0.0))]
     from agentrl import credit
 
     want = credit.compute("grpo", recs, gamma=0.95).step_advantages
 
-    class Host:  # what the default hook asks of the trainer
-        def compute_credit(self, records):
-            res = credit.compute("grpo", records, gamma=0.95)
-            return np.asarray(res.step_advantages), dict(res.diagnostics or {})
-
     algo = Algorithm(_cfg())
-    adv, state = algo.advantages(Host(), [], recs, "s0")
+    adv, state = algo.advantages([], recs, "s0")
     assert adv.per_record.tolist() == pytest.approx([0.707106, -0.707106], abs=1e-6) == list(want)
     assert adv.per_token == {} and state == "s0"
     assert algo.loss(_cfg(loss_type="bnpo")) == ("bnpo", {})

@@ -84,8 +84,9 @@ def test_window_mode_trains(tmp_path, tiny_model_dir):
         assert k in logs, k
     from agentrl.rollout.env_pool import LocalEnvs
 
-    pool = tr._env_pool(tr.rollout_settings(), 8)  # env_workers 0: persistent in-process envs
-    assert isinstance(pool, LocalEnvs) and tr._env_pool(tr.rollout_settings(), 8) is pool
+    player = tr.source.player
+    pool = player._env_batch(player.settings(), 8)  # env_workers 0: persistent in-process envs
+    assert isinstance(pool, LocalEnvs) and player._env_batch(player.settings(), 8) is pool
     pool.close()
     for h in tr.state.log_history:  # env time (resets, steps, prompts of the count env) is inside the rollout
         if "time/env_s" in h:
@@ -105,7 +106,7 @@ def test_trajectory_mode_masks_env_tokens(tmp_path, tiny_model_dir):
     tr.train()
     losses = [h["loss"] for h in tr.state.log_history if "loss" in h]
     assert len(losses) == 2 and all(math.isfinite(float(x)) for x in losses)
-    assert len(tr._buffered_inputs) == 2 and all("old_logps" in mb for mb in tr._buffered_inputs)
+    assert len(tr._micro_batches) == 2 and all("old_logps" in mb for mb in tr._micro_batches)
     recs, expected, lr = _check_advantages_match_saved(tr, tmp_path / "out", step=0)
     rows, eps = lr["rows"], lr["episodes"]
     assert rows["completion_ids"].shape[0] == 8  # one row per episode
@@ -132,7 +133,7 @@ def test_lora_trains_adapter_only(tmp_path, tiny_model_dir):
     tr = make_trainer(cfg)
     before = _params(tr.model)
     tr.train()
-    assert all("ref_logps" in mb for mb in tr._buffered_inputs)
+    assert all("ref_logps" in mb for mb in tr._micro_batches)
     kl = [h["kl"] for h in tr.state.log_history if "kl" in h]
     assert kl and all(math.isfinite(float(x)) for x in kl)
     after = _params(tr.model)
@@ -152,10 +153,10 @@ def test_fingerprints_and_extra_episodes(tmp_path, tiny_model_dir):
     fp_credit = next(n for n in credit.available() if "fingerprint" in credit.requirements(n))  # bigpo
 
     class Counterfactual(Algorithm):
-        def roll_out(self, trainer, tasks):
+        def roll_out(self, player, tasks):
             extra = [{"seed": 0, "options": {"length": 2, "parity": True}, "group_id": "cf", "traj_id": f"cf/{i}"}
                      for i in range(2)]
-            return trainer.rollout(tasks) + trainer.rollout(extra, history_length=0)
+            return player.play(tasks) + player.play(extra, history_length=0)
 
     cfg = make_cfg(tmp_path, tiny_model_dir, credit=fp_credit, max_steps=1, fingerprint_layer=-1)
     tr = make_trainer(cfg, algorithm=Counterfactual(cfg))
@@ -184,7 +185,7 @@ def test_fingerprints_and_extra_episodes(tmp_path, tiny_model_dir):
     # the vLLM path's after-rollout fingerprints (chunks of per_device_train_batch_size = 8
     # prompts, one parameter gather) = the same hidden state, on the trained model now
     prompts = [p for e in lr["episodes"][:8] for p in e.tokens.prompt_ids]
-    after = tr._fingerprints_after(prompts)
+    after = tr.source.player._fingerprints_after(prompts)
     assert len(prompts) == len(after) == 24
     h = tr.model.model.layers[-1].register_forward_hook(grab)
     for p, fp in zip(prompts, after, strict=True):

@@ -68,7 +68,8 @@ def test_no_attention_row_of_the_update_is_fully_masked(tmp_path, tiny_model_dir
     tr = make_trainer(cfg)
     spy = AttentionSpy()
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
-    monkeypatch.setattr(tr, "_turn_generate", spy.pausing(tr._turn_generate))
+    gen = tr.source.player.generation
+    monkeypatch.setattr(gen, "_completions", spy.pausing(gen._completions))
     tr.train()
     assert spy.calls > 0 and spy.masked_calls > 0, "the update ran no masked attention: the test proves nothing"
     assert spy.dead_rows == 0, f"{spy.dead_rows} query rows with every key masked in {spy.masked_calls} calls"

@@ -1,0 +1,63 @@
+"""What a rollout source hands the learner: one iteration's episodes, the policy version that
+played them and what playing them cost; and the interface every source implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from agentrl.rollout.episode import Episode
+
+
+@dataclass
+class RolloutTimes:
+    """Seconds and counts of one iteration's rollout (logged as ``time/*`` and ``gen/*``)."""
+
+    rollout_s: float = 0.0
+    """Wall time of the algorithm's ``roll_out`` (every episode of the iteration, extra ones included)."""
+    env_s: float = 0.0
+    """Time inside the env batch (resets, steps, prompt builders)."""
+    generate_s: float = 0.0
+    """Time inside the policy's generate calls."""
+    generated_tokens: int = 0
+    """Completion tokens the policy's generate calls returned."""
+    fingerprint_s: float = 0.0
+    """Time spent on fingerprints (capture hooks, or the forward after the rollout)."""
+
+    @property
+    def env_share(self) -> float:
+        return self.env_s / max(self.rollout_s, 1e-9)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / max(self.generate_s, 1e-9)
+
+
+@dataclass
+class RolloutBatch:
+    """One iteration's episodes on this rank, as the learner receives them."""
+
+    episodes: list[Episode]
+    """This rank's episodes in task order, the algorithm's extra ones (branches, counterfactuals)
+    after them; rewards already shaped."""
+    version: int
+    """The policy version (optimizer steps applied) whose weights played them."""
+    times: RolloutTimes = field(default_factory=RolloutTimes)
+
+
+class RolloutSource(Protocol):
+    """Where the learner's batches come from. The learner calls ``next`` once per iteration with
+    the iteration's task rows (TRL's sampler: ``task_id``, ``task_seed``, ``task_options``, each
+    task ``num_generations`` times) and its optimizer step, and ``publish`` after every optimizer
+    step."""
+
+    def next(self, rows: list[dict[str, Any]], step: int, training: bool = True) -> RolloutBatch:
+        """The batch the learner trains on at optimizer step ``step`` (a collective across the
+        training processes)."""
+
+    def publish(self, version: int) -> None:
+        """The learner's weights are now at ``version`` (optimizer steps applied)."""
+
+    def close(self) -> None:
+        """Release envs, workers and processes."""

@@ -1,0 +1,193 @@
+"""One turn of the trained policy: completions of token-id prompts, sampled the way TRL 1.16 samples.
+
+``PolicyGeneration`` is the producer's ``generate``: the prompts of every active episode in one
+call, through one of three engines, each as TRL's ``GRPOTrainer`` drives it (the trainer's
+generation config, its padding, one ZeRO-3 parameter gather per call), so that a seed gives the
+tokens TRL's own path gives:
+
+``hf``     ``model.generate`` on the left-padded prompts (``unwrap_model_for_generation``);
+``vllm``   TRL's ``VLLMGeneration`` (server or colocate), its weights synced when the policy
+           version moved on since its last call;
+``cb``     transformers' continuous batching (``generate_batch``).
+
+When ``fingerprint_layer`` is set, a call also returns each prompt's hidden state at that layer
+(``agentrl.rollout.generation.FingerprintCapture``: captured during the prefill, no extra
+forward); under vLLM, which generates elsewhere, they are computed after the rollout
+(``fingerprints_after``: one truncated forward over every step's prompt, one parameter gather).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from agentrl.rollout.episodes import GenerateOutput
+from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
+
+
+@dataclass
+class GenerationSetup:
+    """What generation reads from the trainer, once, when it is built (the model by a getter:
+    accelerate wraps it when training starts)."""
+
+    model: Callable[[], Any]
+    """The model as the trainer holds it now (DDP / DeepSpeed wrapped during training)."""
+    accelerator: Any
+    """The run's ``accelerate.Accelerator`` (device, unwrapping, collectives)."""
+    pad_id: int
+    eos_ids: list[int]
+    generation_config: Any
+    """TRL's ``GenerationConfig`` (sampling settings, max new tokens)."""
+    generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the model's own generation config during the call (TRL's ``generation_kwargs``)."""
+    pad_to_multiple_of: int | None = None
+    gather_ds3: bool = True
+    """``ds3_gather_for_generation``: gather the ZeRO-3 partitions once per call."""
+    checkpointing_kwargs: dict | None = None
+    """Gradient checkpointing kwargs (it is switched off while generating and back on after)."""
+    engine: str = "hf"
+    """'hf', 'vllm' or 'cb' (module docstring)."""
+    vllm: Any = None
+    """TRL's ``VLLMGeneration`` (engine 'vllm')."""
+    cb_config: Any = None
+    """transformers' ``ContinuousBatchingConfig`` (engine 'cb')."""
+    cb_dtype: torch.dtype | None = None
+    """The dtype the model generates in under 'cb' (bf16 / fp16 runs), else None."""
+    cb_lm_head_fp32: bool = False
+    fingerprint_layer: int | None = None
+    """Capture fingerprints at this decoder layer (None: no fingerprints)."""
+
+
+class PolicyGeneration:
+    """``generate(prompts) -> completion ids`` (or a ``GenerateOutput`` with fingerprints) of the
+    trained policy, with seconds and token counts (module docstring)."""
+
+    def __init__(self, setup: GenerationSetup, version: Callable[[], int]):
+        self.setup = setup
+        self.version = version
+        """The policy version now (vLLM's weights are synced when it changes)."""
+        self._synced_version: int | None = None
+        self._capture: FingerprintCapture | None = None
+        self.seconds = 0.0
+        self.tokens = 0
+        self.fingerprint_seconds = 0.0
+
+    def reset_counters(self) -> None:
+        self.seconds = self.fingerprint_seconds = 0.0
+        self.tokens = 0
+
+    @property
+    def fingerprints_with_generate(self) -> bool:
+        """Whether fingerprints come back from each call (captured by a hook during the prefill)
+        rather than after the rollout (vLLM generates elsewhere)."""
+        return self.setup.fingerprint_layer is not None and self.setup.engine != "vllm"
+
+    def __call__(self, prompts: list[list[int]]):
+        t0 = time.perf_counter()
+        fps = None
+        if self.fingerprints_with_generate:
+            completion_ids, fps = self._with_fingerprints(prompts)
+        else:
+            completion_ids = self._completions(prompts)
+        self.seconds += time.perf_counter() - t0
+        self.tokens += sum(len(c) for c in completion_ids)
+        completion_ids = [list(c) for c in completion_ids]
+        return GenerateOutput(completion_ids, fps) if fps is not None else completion_ids
+
+    # ------------------------------------------------------------------ engines
+    def _completions(self, prompts: list[list[int]]) -> list[list[int]]:
+        engine = self.setup.engine
+        if engine == "vllm":
+            return self._vllm(prompts)
+        if engine == "cb":
+            return self._continuous_batching(prompts)
+        return self._hf(prompts)
+
+    def _unwrapped(self, generation_kwargs: dict | None = None, checkpointing: bool = True):
+        """The model unwrapped (ZeRO-3: gathered) for a generation; gradient checkpointing is off
+        inside when ``checkpointing`` (it disables the KV cache) and back on after."""
+        from trl.models.utils import unwrap_model_for_generation
+
+        s = self.setup
+        return unwrap_model_for_generation(s.model(), s.accelerator, gather_deepspeed3_params=s.gather_ds3,
+                                           generation_kwargs=generation_kwargs,
+                                           gradient_checkpointing_kwargs=s.checkpointing_kwargs if checkpointing else None)
+
+    def _hf(self, prompts: list[list[int]]) -> list[list[int]]:
+        """HF generate on left-padded prompts; each completion up to and including its first EOS."""
+        from trl.trainer.utils import pad
+
+        s = self.setup
+        ts = [torch.tensor(p) for p in prompts]
+        ids = pad(ts, padding_value=s.pad_id, padding_side="left", pad_to_multiple_of=s.pad_to_multiple_of)
+        att = pad([torch.ones_like(t) for t in ts], padding_value=0, padding_side="left",
+                  pad_to_multiple_of=s.pad_to_multiple_of)
+        device = s.accelerator.device
+        with self._unwrapped(generation_kwargs=s.generation_kwargs) as m, torch.no_grad():
+            out = m.generate(input_ids=ids.to(device), attention_mask=att.to(device), generation_config=s.generation_config)
+        return cut_after_eos(out[:, ids.shape[1]:], s.eos_ids)
+
+    def _with_fingerprints(self, prompts: list[list[int]]) -> tuple[list[list[int]], list | None]:
+        if self._capture is None:
+            self._capture = FingerprintCapture(self.setup.accelerator.unwrap_model(self.setup.model()),
+                                               self.setup.fingerprint_layer)
+        with self._capture as cap:
+            cap.elapsed = 0.0
+            cap.arm()
+            comps = self._completions(prompts)
+            t1 = time.perf_counter()
+            fps = cap.take()
+            self.fingerprint_seconds += time.perf_counter() - t1 + cap.elapsed
+        return comps, fps
+
+    def _vllm(self, prompts: list[list[int]]) -> list[list[int]]:
+        """TRL's vLLM generation; its weights are synced first when the policy version moved on."""
+        v = self.setup.vllm
+        if self.version() != self._synced_version:
+            v.sync_weights()
+            self._synced_version = self.version()
+        _, completion_ids, _, _ = v.generate(prompts=prompts, images=None, num_generations=1, profiler=nullcontext())
+        return completion_ids
+
+    def _continuous_batching(self, prompts: list[list[int]]) -> list[list[int]]:
+        s = self.setup
+        with self._unwrapped() as m, torch.no_grad():
+            if s.cb_dtype is not None:
+                m.to(s.cb_dtype)
+            if s.cb_lm_head_fp32:
+                m.lm_head.to(torch.float32)
+            outs = m.generate_batch(prompts, generation_config=s.generation_config,
+                                    continuous_batching_config=s.cb_config, progress_bar=False)
+            m.train()
+        return [o.generated_tokens for o in outs.values()]
+
+    # ------------------------------------------------------------------ fingerprints after a rollout
+    def fingerprints_after(self, prompts: list[list[int]], chunk: int, n_chunks: Callable[[int], int]) -> list[list[float]]:
+        """Fingerprints of a whole rollout's prompts (engines that do not capture them): a truncated
+        no-grad forward through blocks 0..L, ``chunk`` prompts at a time, under one ZeRO-3 parameter
+        gather. ``n_chunks(k)`` is the most chunks any rank has (without the gather each forward is
+        a collective: every rank runs as many)."""
+        t0 = time.perf_counter()
+        chunks = [prompts[i:i + chunk] for i in range(0, len(prompts), chunk)]
+        n = n_chunks(len(chunks))
+        out: list[list[float]] = []
+        with self._unwrapped(checkpointing=False) as m:
+            for k in range(n):
+                fps = truncated_forward_fingerprints(m, chunks[k] if k < len(chunks) else prompts[:1] or [[0]],
+                                                     self.setup.fingerprint_layer, self.setup.pad_id)
+                out += fps if k < len(chunks) else []
+        self.fingerprint_seconds += time.perf_counter() - t0
+        return out
+
+
+def cut_after_eos(completions: torch.Tensor, eos_ids: list[int]) -> list[list[int]]:
+    """Each row of ``completions`` (B, T) up to and including its first EOS (all of it when none)."""
+    is_eos = torch.isin(completions, torch.tensor(eos_ids, device=completions.device))
+    ends = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(is_eos[:, 0], completions.shape[1],
+                                                                               dtype=torch.long))
+    return [row[: int(e) + 1].tolist() for row, e in zip(completions.cpu(), ends.cpu(), strict=True)]

@@ -1,0 +1,55 @@
+"""The synchronous rollout source: each iteration is played in the learner's process, on the
+learner's current weights, when the learner asks for it.
+
+``next(rows, step)`` turns TRL's task rows into rollout tasks (equal task ids = one group; group
+id ``s{step}:t{task_id}``, trajectory id ``s{step}:r{rank}:{k}``, keyed on the learner step the
+batch is for), lets the algorithm play them (``Algorithm.roll_out`` on the ``Player``) with the
+weights as they are (policy version = ``step``), adds ``valid_action_reward`` to accepted actions,
+then the algorithm's own shaping, and returns the ``RolloutBatch``. ``publish`` has nothing to do:
+the weights are the learner's own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from agentrl.producer.batch import RolloutBatch
+from agentrl.producer.player import Player, shape_rewards
+
+
+def build_tasks(rows: list[dict[str, Any]], version: int, rank: int) -> list[dict[str, Any]]:
+    """Rollout tasks from TRL's task rows: equal task ids in one iteration are one group."""
+    return [{"seed": int(x["task_seed"]), "options": json.loads(x["task_options"]),
+             "group_id": f"s{version}:t{int(x['task_id'])}", "traj_id": f"s{version}:r{rank}:{k}"}
+            for k, x in enumerate(rows)]
+
+
+class SyncSource:
+    """Plays each iteration when asked (module docstring)."""
+
+    kind = "sync"
+
+    def __init__(self, player: Player, algorithm, valid_action_reward: float = 0.0):
+        self.player = player
+        self.algorithm = algorithm
+        self.valid_action_reward = valid_action_reward
+
+    def publish(self, version: int) -> None:
+        """The learner's weights are the ones this source plays with: nothing to send."""
+
+    def next(self, rows: list[dict[str, Any]], step: int, training: bool = True) -> RolloutBatch:
+        p = self.player
+        p.step, p.training = step, training
+        tasks = build_tasks(rows, step, p.ranks.rank)
+        p.reset_times()
+        t0 = time.perf_counter()
+        episodes = self.algorithm.roll_out(p, tasks)
+        times = p.times(time.perf_counter() - t0)
+        shape_rewards(episodes, self.valid_action_reward)
+        self.algorithm.shape_rewards(episodes)
+        return RolloutBatch(episodes=episodes, version=step, times=times)
+
+    def close(self) -> None:
+        self.player.close()
