@@ -24,6 +24,7 @@ records, uncorrected (as the trainer computes them).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -173,13 +174,24 @@ def parse_correction(item: str) -> CorrectionSpec:
             raise ValueError(f"correction {item.strip()!r}: expected mode[:key=value...] with keys from "
                              f"{', '.join(sorted(names))}")
         kw[key.strip()] = _setting_value(key.strip(), value.strip())
+    _check_bounds(item.strip(), kw)
     spec = CorrectionSpec(item.strip(), mode, tuple(sorted(kw.items())))
     one = torch.zeros(1, 1)
     try:
         correction_weights(one, one, torch.ones(1, 1), spec.settings)
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"correction {item.strip()!r}: {e}") from None
+    except KeyError as e:  # an unknown mode: the registry's own line
+        raise ValueError(f"correction {item.strip()!r}: {e.args[0]}") from None
     return spec
+
+
+def _check_bounds(item: str, kw: dict[str, float | None]) -> None:
+    """Bounds are ratios: finite, clip_max and veto > 0, clip_min >= 0 and below clip_max."""
+    for key, v in kw.items():
+        if v is not None and (not math.isfinite(v) or v < 0 or (v == 0 and key != "clip_min")):
+            raise ValueError(f"correction {item!r}: {key}={v:g} must be a finite ratio > 0 (clip_min: >= 0)")
+    lo, hi = kw.get("clip_min"), kw.get("clip_max", CorrectionSettings.clip_max)
+    if lo is not None and hi is not None and lo >= hi:
+        raise ValueError(f"correction {item!r}: clip_min={lo:g} must be below clip_max={hi:g}")
 
 
 def record_grid(smp: Sample) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +211,9 @@ def step_weights(learner_lp: np.ndarray, behaviour_lp: np.ndarray, smp: Sample, 
     grids[1][idx] = torch.from_numpy(behaviour_lp).float()
     grids[2][idx] = 1.0
     c = correction_weights(grids[0], grids[1], grids[2], settings)
-    return c.weights[idx].double().numpy(), {k: float(v) for k, v in c.means.items()}
+    means = {k.removeprefix("correction/"): float(s) / float(n) if float(n) > 0 else float("nan")
+             for k, (s, n) in c.means.items()}
+    return c.weights[idx].double().numpy(), means
 
 
 def corrected_gradient(cur, smp: Sample, adv: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ from agentrl.truth.stale import (
     step_kl,
     step_weights,
 )
-from agentrl.truth.stale_suite import StaleSettings, aggregate, across
+from agentrl.truth.stale_suite import StaleSettings, across, aggregate
 
 BANDIT = MDPConfig(depth=1, horizon=1, moves=2, distractors=0, invalid=0, trap=0.0, recurrence=0.0, goal_frac=0.0,
                    tasks=1)
@@ -162,6 +162,27 @@ def test_weights_follow_each_record_to_its_rollout_and_step(mode, want):
     np.testing.assert_allclose(w, want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("spec,want", [
+    # bounds from the label: token ratios 1.5 over 1.2 are cut to 1.2, or masked to 0
+    ("token_truncate:clip_max=1.2", [0.5, 1.2, 1.2, 0.5, 0.5]),
+    ("token_mask:clip_max=1.2", [0.5, 0.0, 0.0, 0.5, 0.5]),
+    # the rollouts' products 0.75, 1.5, 0.25: the second is over 1.2
+    ("sequence_mask:clip_max=1.2", [0.75, 0.75, 0.0, 0.25, 0.25]),
+    # geometric 0.866, 1.5, 0.5 with a floor of 0.6: the last is raised to it
+    ("geometric_truncate:clip_min=0.6", [0.8660254, 0.8660254, 1.5, 0.6, 0.6]),
+    # veto 0.6: a rollout with a token ratio 0.5 (a stay) weighs 0 throughout
+    ("token_truncate:veto=0.6", [0.0, 0.0, 1.5, 0.0, 0.0]),
+])
+def test_correction_labels_carry_their_bounds(spec, want):
+    mdp, beh, cur, smp = two_step_pair()
+    w, means = step_weights(cur.log_prob_sample(smp), beh.log_prob_sample(smp), smp, mdp.config.horizon,
+                            parse_correction(spec).settings)
+    np.testing.assert_allclose(w, want, rtol=1e-6)
+    # k3 over the 5 tokens: e^d - d - 1 with d = ln 1.5 (two moves) and ln 0.5 (three stays):
+    # 2 (0.5 - 0.4054651) + 3 (-0.5 + 0.6931472) = 0.1890698 + 0.5794415 -> / 5 = 0.1537023
+    assert means["mismatch_k3"] == pytest.approx(0.1537023, abs=1e-6)
+
+
 def test_corrected_gradient_of_the_two_step_rollouts():
     mdp, beh, cur, smp = two_step_pair()
     w, _ = step_weights(cur.log_prob_sample(smp), beh.log_prob_sample(smp), smp, 2,
@@ -273,6 +294,8 @@ def test_truth_staleness_quick_writes_reproducible_results(tmp_path, capsys):
     (["--staleness", "1", "--corrections", "token_truncate,bogus"], "correction 'bogus'"),
     (["--staleness", "1", "--corrections", "token_truncate:clip_max=x"], "clip_max='x'"),
     (["--staleness", "1", "--corrections", "token_truncate:cap=2"], "keys from"),
+    (["--staleness", "1", "--corrections", "token_mask:clip_max=-1"], "clip_max=-1 must be a finite ratio > 0"),
+    (["--staleness", "1", "--corrections", "token_mask:clip_min=4"], "clip_min=4 must be below clip_max=3"),
     (["--staleness", "1", "--Gs", "4,8"], "--Gs belong to the scores and race"),
     (["--staleness", "1,1"], "repeat a value"),
     (["--stale-at", "3"], "--stale-at: only with --staleness or --stale-kl"),
