@@ -105,8 +105,19 @@ def step_kl(mdp: FiniteMDP, beh, cur) -> float:
     (r = current / behaviour) over the sampled tokens estimates exactly this."""
     pb, lpb, w = _act_tables(beh)
     _, lpc, _ = _act_tables(cur)
-    per_state = (pb * (lpb - lpc)).sum(-1) @ w
-    visits = occupancy(mdp, beh.probs).sum(0)
+    return _per_step(mdp, beh, (pb * (lpb - lpc)).sum(-1) @ w)
+
+
+def step_entropy(mdp: FiniteMDP, pol) -> float:
+    """Mean entropy of the action distribution per step ``pol`` takes (its own visits, as
+    :func:`step_kl`): how widely a behaviour spreads its samples."""
+    p, lp, w = _act_tables(pol)
+    return _per_step(mdp, pol, -(p * lp).sum(-1) @ w)
+
+
+def _per_step(mdp: FiniteMDP, pol, per_state: np.ndarray) -> float:
+    """sum_t sum_s d_t(s) x(s) / sum_t sum_s d_t(s), d the occupancy of ``pol``."""
+    visits = occupancy(mdp, pol.probs).sum(0)
     return float(visits @ per_state / visits.sum())
 
 
@@ -246,6 +257,8 @@ class StaleScores:
     seed: int
     kl: dict[str, float]
     """Exact :func:`step_kl` of each behaviour."""
+    entropy: dict[str, float]
+    """Exact :func:`step_entropy` of each behaviour."""
     cos: dict[tuple[str, str, str], float]
     """Mean over batches of cos(g, dJ/dtheta of the current policy)."""
     bias: dict[tuple[str, str, str], float]
@@ -273,11 +286,12 @@ def score_stale_seed(cfg: MDPConfig, seed: int, contenders: list[Contender], cor
     (``sample_batch(paired=True)``: the behaviours' batches differ only where their policies
     do), and every estimator and correction of a behaviour sees the same batches."""
     mdp, path, cur, tr = setting(cfg, seed, r)
-    out = StaleScores(seed, {}, {}, {}, {}, tr.J)
+    out = StaleScores(seed, {}, {}, {}, {}, {}, tr.J)
     fps = needs_fingerprint(contenders)
     for b in behs:
         beh = behaviour_policy(b, mdp, cur, path, seed)
         out.kl[b.label] = step_kl(mdp, beh, cur)
+        out.entropy[b.label] = step_entropy(mdp, beh)
         rng = np.random.default_rng([seed, 0x535441])
         grads: dict[tuple[str, str], list[np.ndarray]] = {(c.label, k.label): [] for c in contenders for k in corrections}
         means: dict[str, list[dict[str, float]]] = {k.label: [] for k in corrections}

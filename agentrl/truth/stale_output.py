@@ -61,8 +61,9 @@ def _preamble(res: dict[str, Any]) -> list[str]:
 
 
 def _kl_line(acr: dict[str, Any], stale: list[str]) -> str:
-    return "Mean step KL(behaviour || current), exact, mean over conditions: " + ", ".join(
-        f"{b}: {acr[b]['kl']['mean']:.4f}" for b in stale) + "."
+    return ("Mean step KL(behaviour || current), exact, mean over conditions: " + ", ".join(
+        f"{b}: {acr[b]['kl']['mean']:.4f}" for b in stale) + ". Mean entropy per step of each behaviour (nats): "
+        + ", ".join(f"{b}: {acr[b]['entropy']['mean']:.3f}" for b in ["k=0", *stale]) + ".")
 
 
 def _headline(acr: dict[str, Any], s: dict[str, Any], stale: list[str]) -> list[str]:

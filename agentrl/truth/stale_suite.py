@@ -151,6 +151,7 @@ def aggregate(per_seed: list[StaleScores], s: StaleSettings) -> dict[str, Any]:
     behs, ks = [b.label for b in s.behaviours()], s.correction_labels()
     on = ON_POLICY.label
     out: dict[str, Any] = {"kl": {b: _ms([x.kl[b] for x in per_seed]) for b in behs},
+                           "entropy": {b: _ms([x.entropy[b] for x in per_seed]) for b in behs},
                            "J": _ms([x.J for x in per_seed]), "by": {}, "means": {}}
     for b in behs:
         out["by"][b] = {}
@@ -192,7 +193,8 @@ def across(cells: dict[str, dict[str, Any]], s: StaleSettings) -> dict[str, Any]
                                 "kept": {"mean": 1 + m / c0 if c0 else None,
                                          "se": se / abs(c0) if se is not None and c0 else None},
                                 "bias": float(np.nanmean(bias)) if not np.isnan(bias).all() else None}
-        out[b]["kl"] = {"mean": float(np.mean([cells[c]["kl"][b]["mean"] for c in conds]))}
+        for key in ("kl", "entropy"):
+            out[b][key] = {"mean": float(np.mean([cells[c][key][b]["mean"] for c in conds]))}
     return out
 
 

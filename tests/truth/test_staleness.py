@@ -32,6 +32,7 @@ from agentrl.truth.stale import (
     perturbed,
     score_stale_seed,
     setting,
+    step_entropy,
     step_kl,
     step_weights,
 )
@@ -113,6 +114,11 @@ def test_step_kl_weights_states_by_the_behaviours_visits():
     # the other way round, KL(cur || beh) under cur's visits (root 1 + 1/4, state 2 3/4):
     # root 3/4 ln(1.5) + 1/4 ln(0.5) = 0.1308121 -> 1.25 * 0.1308121 / 2 = 0.0817576
     assert step_kl(mdp, cur, beh) == pytest.approx(0.0817576, abs=1e-7)
+    # entropy per step: ln 2 = 0.6931472 everywhere for the uniform policy; for cur, the root's
+    # -(3/4 ln 3/4 + 1/4 ln 1/4) = 0.5623351 over its visits 1.25, state 2's ln 2 over 0.75:
+    # (1.25 * 0.5623351 + 0.75 * 0.6931472) / 2 = 0.6113896
+    assert step_entropy(mdp, beh) == pytest.approx(0.6931472, abs=1e-7)
+    assert step_entropy(mdp, cur) == pytest.approx(0.6113896, abs=1e-7)
 
 
 @pytest.mark.parametrize("policy", ["tabular", "loglinear"])
@@ -278,6 +284,7 @@ def test_truth_staleness_quick_writes_reproducible_results(tmp_path, capsys):
         acr = a["across"][p]
         assert acr["kl=0.05"]["kl"]["mean"] == pytest.approx(0.05, rel=1e-9)
         assert 0 < acr["k=1"]["kl"]["mean"] < acr["k=2"]["kl"]["mean"]  # older is further
+        assert acr["k=0"]["entropy"]["mean"] < acr["k=2"]["entropy"]["mean"]  # and wider: learning sharpens
         assert acr["k=0"]["grpo"]["sequence_mask"]["kept"]["mean"] == 1.0
         cell = a["cells"][p]["recurrent"]["by"]["k=2"]["grpo"]
         assert set(cell) == {"none", "token_truncate", "sequence_mask"} and cell["none"]["vs_none"] is None
@@ -310,7 +317,8 @@ def test_truth_staleness_bad_input_is_one_line(tmp_path, capsys, argv, msg):
 # ============================================================================ aggregation
 def _scores(seed: int, cos: dict[tuple[str, str], float]) -> StaleScores:
     keys = [(b, "grpo", k) for b in ("k=0", "k=1") for k in ("none", "token_truncate")]
-    return StaleScores(seed, {"k=0": 0.0, "k=1": 0.01 * (seed + 1)}, {x: cos[(x[0], x[2])] for x in keys},
+    return StaleScores(seed, {"k=0": 0.0, "k=1": 0.01 * (seed + 1)}, {"k=0": 0.6, "k=1": 0.7},
+                       {x: cos[(x[0], x[2])] for x in keys},
                        {x: 0.9 for x in keys}, {(b, k): {"acted": 0.5 * seed} for b in ("k=0", "k=1")
                                                  for k in ("none", "token_truncate")}, 0.3)
 
