@@ -141,7 +141,13 @@ def main_staleness(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"agentrl truth: {e}", file=sys.stderr)
         return 2
-    res = run_staleness(settings, log=lambda m: print(m, flush=True))
+    from agentrl.truth.stale import KLOutOfReach
+
+    try:
+        res = run_staleness(settings, log=lambda m: print(m, flush=True))
+    except KLOutOfReach as e:
+        print(f"agentrl truth: {e}", file=sys.stderr)
+        return 2
     print(write(res, out))
     print(f"truth: wrote {out}/staleness.md, staleness.json")
     return 0

@@ -58,6 +58,10 @@ KL_MAX_SCALE = 2.0 ** 30
 """Bisection gives up past this multiple of the perturbation direction (the target KL is out of reach)."""
 
 
+class KLOutOfReach(ValueError):
+    """A ``--stale-kl`` target no perturbation along the seeded direction reaches (a user's error)."""
+
+
 # ============================================================================ behaviours
 @dataclass(frozen=True)
 class Behaviour:
@@ -124,7 +128,7 @@ def _per_step(mdp: FiniteMDP, pol, per_state: np.ndarray) -> float:
 def perturbed(mdp: FiniteMDP, cur, kl: float, seed: int, iters: int = 60):
     """``cur`` with parameters theta + c * u, u ~ N(0, I) seeded by ``seed``, c >= 0 found by
     bisection so that :func:`step_kl` (perturbed || cur) is ``kl`` (a crossing, to 2^-iters of
-    the bracket). ValueError when even c = :data:`KL_MAX_SCALE` stays below ``kl``."""
+    the bracket). :class:`KLOutOfReach` when even c = :data:`KL_MAX_SCALE` stays below ``kl``."""
     u = np.random.default_rng([seed, 0x4B4C50]).standard_normal(cur.params.shape)
 
     def at(c: float):
@@ -134,7 +138,8 @@ def perturbed(mdp: FiniteMDP, cur, kl: float, seed: int, iters: int = 60):
     while step_kl(mdp, at(hi), cur) < kl:
         hi *= 2.0
         if hi > KL_MAX_SCALE:
-            raise ValueError(f"staleness: a perturbation of mean step KL {kl:g} is out of reach on this MDP")
+            raise KLOutOfReach(f"--stale-kl {kl:g}: no perturbation reaches this mean step KL on MDP seed {seed} "
+                               f"({mdp.config.moves + mdp.config.distractors + mdp.config.invalid} actions a state)")
     lo = 0.0
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
@@ -238,21 +243,27 @@ class StaleRun:
     """What one MDP seed's staleness scores share."""
 
     policy: str = "tabular"
+    """``loglinear.POLICY_KINDS``: the policy the learner walks and the estimates are taken for."""
     stale_at: int = 8
     """T: the current policy is the learner's theta_T."""
     batches: int = 20
+    """Batches scored per behaviour."""
     B: int = 4
+    """Tasks per batch, of the scored batches and of the learner's updates."""
     G: int = 8
+    """Rollouts per task, likewise."""
     lr: float = 0.3
     """The learner path's Adam learning rate."""
     init_scale: float = 1.0
+    """Std of the seeded initial logits or weights."""
     gamma: float = TRUTH_GAMMA
+    """Discount of J (its exact gradient is the target) and of the estimators."""
 
 
 @dataclass
 class StaleScores:
-    """One seed's numbers, keyed by (behaviour label, estimator label, correction label) where per
-    estimator, by (behaviour, correction) for the correction's own means."""
+    """One seed's numbers: the scores keyed by (behaviour, estimator, correction) labels, the
+    correction's own means by (behaviour, correction)."""
 
     seed: int
     kl: dict[str, float]

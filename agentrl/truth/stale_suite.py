@@ -102,6 +102,8 @@ class StaleSettings:
         if bad:
             raise ValueError(f"staleness {bad} must be between 0 and --stale-at {self.stale_at} "
                              "(the current policy is the learner's update T)")
+        if len(self.behaviours()) < 2:
+            raise ValueError("nothing stale to score: give --staleness a k > 0 or --stale-kl a target")
         if len(set(self.staleness)) < len(self.staleness) or len(set(self.kls)) < len(self.kls):
             raise ValueError("--staleness / --stale-kl repeat a value")
         if any(not (x > 0 and math.isfinite(x)) for x in self.kls):

@@ -23,6 +23,7 @@ from agentrl.truth.stale import (
     MODES,
     ON_POLICY,
     Behaviour,
+    KLOutOfReach,
     StaleRun,
     StaleScores,
     behaviour_policy,
@@ -136,7 +137,7 @@ def test_perturbation_beyond_reach_is_a_one_line_error():
     mdp = generate(BANDIT, 0)
     cur = TabularPolicy(np.zeros((mdp.n_states, mdp.n_actions)))
     assert step_kl(mdp, perturbed(mdp, cur, 0.5, seed=0), cur) == pytest.approx(0.5, rel=1e-9)
-    with pytest.raises(ValueError, match="out of reach"):
+    with pytest.raises(KLOutOfReach, match="no perturbation reaches this mean step KL on MDP seed 0"):
         perturbed(mdp, cur, 0.7, seed=0)
 
 
@@ -305,7 +306,10 @@ def test_truth_staleness_quick_writes_reproducible_results(tmp_path, capsys):
     (["--staleness", "1", "--corrections", "token_mask:clip_min=4"], "clip_min=4 must be below clip_max=3"),
     (["--staleness", "1", "--Gs", "4,8"], "--Gs belong to the scores and race"),
     (["--staleness", "1,1"], "repeat a value"),
+    (["--staleness", "0"], "nothing stale to score"),
     (["--stale-at", "3"], "--stale-at: only with --staleness or --stale-kl"),
+    # 5 actions a state: KL(b || c) <= ln(1 / min c), far below 1000 nats for these policies
+    (["--stale-kl", "1000", "--policies", "tabular", "--workers", "1"], "--stale-kl 1000: no perturbation reaches"),
 ])
 def test_truth_staleness_bad_input_is_one_line(tmp_path, capsys, argv, msg):
     assert truth_main(["--quick", "--out", str(tmp_path / "x"), *argv]) == 2
