@@ -3,6 +3,11 @@ estimator scored against exact advantages and policy gradients on generated fini
 tabular and a log-linear policy, and a learning race with exact J over many seeds. Prints the
 tables; writes truth.md, truth.json, cos_vs_G.png and race.png into ``--out``.
 
+``--staleness 0,1,2,4`` (and/or ``--stale-kl 0.01,0.05``) runs the staleness bench instead
+(``stale.py``): the exact gradient of the current policy against each estimator fed samples from a
+policy k learner updates older (or perturbed to a set KL), with no correction and with each
+rollout-correction mode; writes staleness.md and staleness.json.
+
 The MDPs: the named families (``--families``), or any knob setting of ``MDPConfig``
 (``--knobs recurrence=0.8,penalty=0``, one condition per ``--knobs``) and a factorial over one
 or two knobs (``--sweep recurrence=0,0.8 --sweep step_reward=0,0.2``)."""
@@ -27,6 +32,19 @@ def _ints(s: str) -> tuple[int, ...]:
         return tuple(int(x) for x in _csv(s))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
+
+
+def _floats(s: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in _csv(s))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {s!r}") from None
+
+
+QUICK_STALE = dict(families=("tree", "recurrent"), estimators=("grpo", "gigpo"), seeds=2, batches=4)
+"""``--quick`` with ``--staleness``: seconds, for the test suite."""
+RACE_ONLY = ("Gs", "race_families", "race_estimators", "race_seeds", "steps")
+"""Flags of the scores and race that the staleness bench has no use for (refused there)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,6 +72,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="updates per race run (default 30)")
     p.add_argument("--lr", type=float, help="Adam learning rate of the race (default 0.3 tabular, 0.1 log-linear)")
     p.add_argument("--workers", type=int, help="processes (default 2)")
+    g = p.add_argument_group("staleness (stale.py)")
+    g.add_argument("--staleness", type=_ints, metavar="K,...", help="run the staleness bench: behaviour policies "
+                   "K learner updates older than the current one (0, on-policy, always scored)")
+    g.add_argument("--stale-kl", type=_floats, metavar="X,...", help="staleness bench: behaviours perturbed to a "
+                   "mean step KL(behaviour || current) of X")
+    g.add_argument("--stale-at", type=int, help="the current policy is the learner's after this many updates "
+                   "(default 8)")
+    g.add_argument("--corrections", type=_csv, help="scored rollout corrections, mode[:key=value...] (default: "
+                   "every mode at its default settings; none is always scored)")
     return p
 
 
@@ -77,8 +104,63 @@ def settings_kwargs(args: argparse.Namespace) -> dict:
     return kw
 
 
+def stale_kwargs(args: argparse.Namespace) -> dict:
+    """StaleSettings kwargs from the flags; ValueError for a flag it has no use for or bad knobs."""
+    from agentrl.truth.conditions import parse_knobs, parse_sweep
+
+    used = [f"--{k.replace('_', '-')}" for k in RACE_ONLY if getattr(args, k) is not None]
+    if used:
+        raise ValueError(f"{', '.join(used)} belong to the scores and race, not to --staleness (it scores at --G)")
+    kw = dict(QUICK_STALE) if args.quick else {}
+    if args.knobs or args.sweep:
+        kw["knobs"] = tuple(parse_knobs(x) for x in args.knobs or ())
+        kw["sweep"] = tuple(parse_sweep(x) for x in args.sweep or ())
+        kw.pop("families", None)
+    kw["staleness"] = args.staleness if args.staleness is not None else (0,)
+    for k, flag in (("kls", "stale_kl"), ("stale_at", "stale_at"), ("corrections", "corrections"),
+                    ("families", "families"), ("policies", "policies"), ("estimators", "estimators"),
+                    ("seeds", "seeds"), ("batches", "batches"), ("B", "B"), ("G", "G"), ("lr", "lr"),
+                    ("workers", "workers")):
+        v = getattr(args, flag)
+        if v is not None:
+            kw[k] = v
+    return kw
+
+
+def main_staleness(args: argparse.Namespace) -> int:
+    from agentrl.truth.stale_output import write
+    from agentrl.truth.stale_suite import StaleSettings, run_staleness
+
+    out = Path(args.out)
+    if (out / "staleness.json").exists() and not args.force:
+        print(f"agentrl truth: {out} already holds results (staleness.json); pass --force to overwrite or choose "
+              "another --out", file=sys.stderr)
+        return 2
+    try:
+        settings = StaleSettings(**stale_kwargs(args)).check()
+    except ValueError as e:
+        print(f"agentrl truth: {e}", file=sys.stderr)
+        return 2
+    from agentrl.truth.stale import KLOutOfReach
+
+    try:
+        res = run_staleness(settings, log=lambda m: print(m, flush=True))
+    except KLOutOfReach as e:
+        print(f"agentrl truth: {e}", file=sys.stderr)
+        return 2
+    print(write(res, out))
+    print(f"truth: wrote {out}/staleness.md, staleness.json")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.staleness is not None or args.stale_kl is not None:
+        return main_staleness(args)
+    stale_only = [f for f, v in (("--stale-at", args.stale_at), ("--corrections", args.corrections)) if v is not None]
+    if stale_only:
+        print(f"agentrl truth: {', '.join(stale_only)}: only with --staleness or --stale-kl", file=sys.stderr)
+        return 2
     from agentrl.truth.output import write
     from agentrl.truth.suite import SuiteSettings, run_suite
 

@@ -59,6 +59,22 @@ class TabularPolicy:
     def act_probs(self) -> np.ndarray:
         return self.probs
 
+    @property
+    def log_act_probs(self) -> np.ndarray:
+        """(S, A) log pi(a|s) as a log-softmax (finite where pi underflows to 0)."""
+        z = self.logits / self.temperature
+        z = z - z.max(axis=1, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+    def log_prob_sample(self, smp) -> np.ndarray:
+        """log pi(a_i|s_i) of each record of a ``sample.Sample``: the log-prob a sampler or a
+        learner reports for the step's action."""
+        return self.log_act_probs[smp.s, smp.a]
+
+    def with_params(self, params: np.ndarray) -> TabularPolicy:
+        """The same policy with other logits (copied)."""
+        return TabularPolicy(np.array(params, dtype=np.float64), self.temperature)
+
     def exact_grad(self, M: np.ndarray) -> np.ndarray:
         """dJ/dlogits[s, b] = pi(b|s) M(s, b) / T from M(s, a) = sum_t gamma^t d_t(s) A_t(s, a)
         (sum_a pi A_t = 0 at every step, so no centring term)."""

@@ -177,6 +177,21 @@ class LogLinearPolicy:
         return memo[1]
 
     @property
+    def log_act_probs(self) -> np.ndarray:
+        """(S, O, A) log pi(a|s, o) as a log-softmax (finite where pi underflows to 0)."""
+        z = self.features.logits(self.theta)
+        z = z - z.max(axis=-1, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+    def log_prob_sample(self, smp) -> np.ndarray:
+        """log pi(a_i|s_i, o_i) of each record of a ``sample.Sample`` (the observation it was shown)."""
+        return self.log_act_probs[smp.s, smp.o, smp.a]
+
+    def with_params(self, params: np.ndarray) -> LogLinearPolicy:
+        """The same policy (features, observation model) with other weights (copied)."""
+        return LogLinearPolicy(self.features, np.array(params, dtype=np.float64), self.obs_probs)
+
+    @property
     def probs(self) -> np.ndarray:
         """(S, A) pi(a|s) = sum_o p(o|s) pi(a|s, o): the state-level policy of the dynamic programme."""
         return np.einsum("o,soa->sa", self.obs_probs, self.act_probs)

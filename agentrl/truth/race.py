@@ -60,19 +60,26 @@ class Adam:
         return self.lr * mh / (np.sqrt(vh) + self.eps)
 
 
-def run(cfg: MDPConfig, seed: int, contender: Contender, s: RaceSettings) -> dict:
-    """One training run: ``{"J": [J_0, ..., J_steps], "J_opt": J*}``."""
-    mdp = generate(cfg, seed)
-    pol = make_policy(s.policy, mdp, seed, scale=s.init_scale)
+def learn(mdp, pol, contender: Contender, s: RaceSettings, seed: int):
+    """The race's learner: ``s.steps`` updates of ``pol.params`` in place, yielding after each.
+    Its sampling stream is seeded by ``seed`` alone, so every estimator of a seed starts from the
+    same policy and draws its first batch with the same uniforms."""
     opt = Adam(pol.params.shape, s.lr)
     rng = np.random.default_rng([seed, 0x524143])
-    J = [objective(mdp, pol, s.gamma)]
     fps = needs_fingerprint([contender])
     for _ in range(s.steps):
         smp = sample_batch(mdp, pol.act_probs, s.B, s.G, rng, fingerprints=fps)
         adv = advantages(contender, Batch.from_records(smp.records), s.gamma)
         pol.params[...] += opt.step(gradient_estimate(pol, smp, adv))
-        J.append(objective(mdp, pol, s.gamma))
+        yield pol
+
+
+def run(cfg: MDPConfig, seed: int, contender: Contender, s: RaceSettings) -> dict:
+    """One training run: ``{"J": [J_0, ..., J_steps], "J_opt": J*}``."""
+    mdp = generate(cfg, seed)
+    pol = make_policy(s.policy, mdp, seed, scale=s.init_scale)
+    J = [objective(mdp, pol, s.gamma)]
+    J += [objective(mdp, p, s.gamma) for p in learn(mdp, pol, contender, s, seed)]
     return {"J": J, "J_opt": optimal_objective(mdp, s.gamma)}
 
 

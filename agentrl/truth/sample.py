@@ -44,14 +44,21 @@ def rollouts(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.G
     return _play(mdp, pi[:, None, :], tasks, rng)[:5]
 
 
-def rollouts_by_obs(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Generator):
+def rollouts_by_obs(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Generator,
+                    u: np.ndarray | None = None):
     """:func:`rollouts` for a policy that reads the observation, ``pi`` (S, O, A): each visit first
     draws its observation variant (``FiniteMDP.obs_variant_probs``); returns those (N, H) too."""
-    return _play(mdp, pi, tasks, rng, np.cumsum(mdp.obs_variant_probs()))
+    return _play(mdp, pi, tasks, rng, np.cumsum(mdp.obs_variant_probs()), u)
+
+
+def _uniforms(rng: np.random.Generator, u: np.ndarray | None, idx: np.ndarray, t: int, j: int) -> np.ndarray:
+    """The uniforms of the live rollouts ``idx`` at step t for draw j (0 observation, 1 action,
+    2 successor): from the stream in turn, or from the pre-drawn (N, H, 3) table ``u``."""
+    return rng.random(len(idx)) if u is None else u[idx, t, j]
 
 
 def _play(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Generator,
-          cum_obs: np.ndarray | None = None):
+          cum_obs: np.ndarray | None = None, u: np.ndarray | None = None):
     H, N = mdp.config.horizon, len(tasks)
     S, A, Ob = (np.full((N, H), -1, dtype=np.int64) for _ in range(3))
     R = np.zeros((N, H))
@@ -66,9 +73,10 @@ def _play(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Gene
         st = s[idx]
         # one observation variant unless the policy reads the text: no draw, so the tabular
         # policy's stream is the one it always had
-        o = np.zeros(len(idx), dtype=np.int64) if cum_obs is None else _draw(cum_obs[None], rng.random(len(idx)))
-        a = _draw(cum_pi[st, o], rng.random(len(idx)))
-        k = _draw(np.cumsum(mdp.prob[st, a], axis=1), rng.random(len(idx)))
+        o = (np.zeros(len(idx), dtype=np.int64) if cum_obs is None
+             else _draw(cum_obs[None], _uniforms(rng, u, idx, t, 0)))
+        a = _draw(cum_pi[st, o], _uniforms(rng, u, idx, t, 1))
+        k = _draw(np.cumsum(mdp.prob[st, a], axis=1), _uniforms(rng, u, idx, t, 2))
         s2 = mdp.succ[st, a, k]
         S[idx, t], A[idx, t], Ob[idx, t], live[idx, t] = st, a, o, True
         R[idx, t] = mdp.base_reward[st, a] + mdp.arrive_reward[s2]
@@ -78,14 +86,20 @@ def _play(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Gene
 
 
 def sample_batch(mdp: FiniteMDP, pi: np.ndarray, B: int, G: int, rng: np.random.Generator,
-                 fingerprints: bool = True) -> Sample:
+                 fingerprints: bool = True, paired: bool = False) -> Sample:
     """B tasks drawn uniformly (with replacement) x G rollouts each, as step records
     (``fingerprints=False`` leaves the fingerprint out, for estimators that do not read it).
     ``pi`` is (S, A) for a policy of the state, (S, O, A) for one that reads the observation: the
-    records then show each visit's drawn variant (``Sample.o``)."""
+    records then show each visit's drawn variant (``Sample.o``).
+
+    ``paired``: every (rollout, step, draw) has a uniform of its own, drawn up front, so that two
+    policies sampled from equal streams take the same action wherever their cumulative
+    distributions put that uniform in the same slot (common random numbers: differences between
+    behaviours are then not buried in sampling noise)."""
     tasks = np.repeat(rng.integers(len(mdp.roots), size=B), G)
+    u = rng.random((len(tasks), mdp.config.horizon, 3)) if paired else None
     by_obs = pi.ndim == 3
-    S, A, R, live, last, Ob = (rollouts_by_obs if by_obs else _play_state)(mdp, pi, tasks, rng)
+    S, A, R, live, last, Ob = (rollouts_by_obs if by_obs else _play_state)(mdp, pi, tasks, rng, u)
     # observation noise has streams of its own: leaving fingerprints out changes nothing else
     text_rng, fp_rng = (np.random.default_rng(x) for x in rng.integers(2**63, size=2))
     records: list[dict[str, Any]] = []
@@ -120,6 +134,7 @@ def sample_batch(mdp: FiniteMDP, pi: np.ndarray, B: int, G: int, rng: np.random.
                   np.array(tt, dtype=np.int64), len(tasks), success, o)
 
 
-def _play_state(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Generator):
-    return _play(mdp, pi[:, None, :], tasks, rng)
+def _play_state(mdp: FiniteMDP, pi: np.ndarray, tasks: np.ndarray, rng: np.random.Generator,
+                u: np.ndarray | None = None):
+    return _play(mdp, pi[:, None, :], tasks, rng, None, u)
 
