@@ -46,6 +46,9 @@ from agentrl.producer.wire import unpack_episodes
 from agentrl.producer.worker import ProducerSpec, producer_main
 from agentrl.rollout.ranks import Ranks
 
+STARTUP_S = 300.0
+"""Seconds a producer may take from its spawn to its first heartbeat (imports, loading the model)."""
+
 CHECKPOINT_FILE = "async_producer_rank{rank}.pkl"
 """A checkpoint's batches owed to the learner (this rank's)."""
 
@@ -153,7 +156,8 @@ class AsyncSource:
 
         ctx = mp.get_context("spawn")
         self._cmd, self._out = ctx.Queue(), ctx.Queue()
-        self._beat = ctx.Value("d", time.time())
+        self._beat = ctx.Value("d", 0.0)  # 0: starting (imports, the model), until its first beat
+        self._started_at = time.time()
         first = max([first] + [b + 1 for b in self.received])
         spec = replace(self.spec, first_iteration=first)
         self.proc = ctx.Process(target=producer_main, args=(spec, self._cmd, self._out, self._beat), daemon=True,
@@ -196,7 +200,9 @@ class AsyncSource:
     def _check_alive(self) -> str | None:
         """None while the producer lives and beats; restarts it when it died or hung, or says why not."""
         dead = not self.proc.is_alive()
-        hung = time.time() - self._beat.value > self.settings.heartbeat_s
+        beat = self._beat.value
+        hung = (time.time() - self._started_at > STARTUP_S) if beat == 0.0 else (
+            time.time() - beat > self.settings.heartbeat_s)
         if not (dead or hung):
             return None
         what = (f"died (exit code {self.proc.exitcode})" if dead

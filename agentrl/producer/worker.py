@@ -92,6 +92,7 @@ class Producer:
         self.stopped = False
         self.model = self._model()
         self.source = self._source()
+        heartbeat.value = time.time()  # ready: from here on, silence means a hang
 
     # ------------------------------------------------------------------ setup
     def _model(self):

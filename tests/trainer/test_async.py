@@ -128,3 +128,62 @@ def test_what_cannot_play_asynchronously_is_refused_in_one_line(tmp_path, tiny_m
     with pytest.raises(RecipeError, match="rollout_mode async") as e:
         make_cfg(tmp_path, tiny_model_dir, rollout_mode="async", **recipe)
     assert "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ a producer that fails
+def _faulty(tmp_path: Path, model_dir: str, name: str, **kw):
+    return _run(tmp_path, model_dir, name, rollout_mode="async", max_staleness=1, algorithm="producer_faults",
+                env_modules=["count_env", "producer_faults"],
+                algorithm_kwargs={"marker": str(tmp_path / f"{name}.marker"), **kw.pop("fault")}, **kw)
+
+
+@pytest.mark.parametrize("mode", ["die", "hang"])
+def test_a_producer_that_dies_or_hangs_is_restarted_and_the_run_is_unchanged(tmp_path, tiny_model_dir, mode):
+    # the restarted producer replays from the first iteration the learner has not received, on the
+    # weights it kept: the run ends bit for bit as the one whose producer never failed
+    ref_out, ref = _faulty(tmp_path, tiny_model_dir, "ref", fault={"at": 99})
+    out, tr = _faulty(tmp_path, tiny_model_dir, mode, fault={"mode": mode, "at": 2}, async_heartbeat_s=4.0)
+    assert (tmp_path / f"{mode}.marker").read_text() == mode  # the fault did happen
+    assert [h["async/restarts"] for h in tr.state.log_history if "async/restarts" in h][-1] == 1.0
+    assert _logs(tr) == _logs(ref)  # async/* (the restart count among them) aside
+    assert _rollouts(out) == _rollouts(ref_out)
+    want, got = load_file(str(ref_out / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert all(torch.equal(want[n], got[n]) for n in want)
+
+
+def _train_cli(tmp_path: Path, model_dir: str, **kw) -> tuple[int, str]:
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+    from test_trainer import BASE
+
+    here = Path(__file__).resolve().parent
+    rec = tmp_path / "r.yaml"
+    rec.write_text(yaml.safe_dump(dict(BASE, model_name_or_path=model_dir, output_dir=str(tmp_path / "out"),
+                                       max_steps=4, rollout_mode="async", algorithm="producer_faults",
+                                       env_modules=["count_env", "producer_faults"], **kw)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "agentrl.train", str(rec)], capture_output=True, text=True, env=env,
+                       timeout=600)
+    lines = [x for x in (r.stdout + r.stderr).splitlines() if x.startswith("agentrl train")]
+    return r.returncode, "\n".join(lines)
+
+
+def test_an_exception_in_the_producer_stops_the_run_in_one_line(tmp_path, tiny_model_dir):
+    rc, said = _train_cli(tmp_path, tiny_model_dir, algorithm_kwargs={"mode": "raise", "at": 2,
+                                                                      "marker": str(tmp_path / "m")})
+    assert rc == 2
+    assert said.count("\n") == 0 and "async producer (rank 0) failed: ValueError: injected producer fault" in said
+    assert said.startswith("agentrl train: error:")
+    # the checkpoint before the failure is there to resume from
+    assert not list((tmp_path / "out").glob("checkpoint-3"))
+
+
+def test_a_producer_that_keeps_dying_stops_the_run_in_one_line(tmp_path, tiny_model_dir):
+    rc, said = _train_cli(tmp_path, tiny_model_dir, async_max_restarts=1,
+                          algorithm_kwargs={"mode": "die", "at": 1, "always": True, "marker": str(tmp_path / "m")})
+    assert rc == 2
+    assert "died (exit code -9), after 1 restarts (async_max_restarts)" in said
+    assert "warning: async producer (rank 0) died" in said  # the restart said so first
