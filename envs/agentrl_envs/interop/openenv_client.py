@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import re
 import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -48,20 +50,28 @@ from agentrl_envs.prompts import history_entry
 PREFIX = "openenv:"
 AGENTRL_SERVER = "agentrl-envs"  # TextEnvState.server (openenv_server.SERVER_NAME; not imported: no extra needed here)
 ACTION_FORMATS = ("raw", "action_tag")
-DEFAULT_TIMEOUT_S = 300.0  # a SWE step runs a command then may grade (10 + 30 s by default)
-_NAMED: dict[str, tuple[str, dict[str, Any]]] = {}
+DEFAULT_TIMEOUT_S = 300.0
+CAPACITY_RETRIES = 8  # ~9 s of retries at a reset when the server is full  # a SWE step runs a command then may grade (10 + 30 s by default)
+_NAMED: dict[str, tuple[list[str], dict[str, Any]]] = {}
+_REPLICA = itertools.count()
+"""Which replica the next env of this process takes (round robin)."""
 _OWN_FIELDS = ("done", "reward", "metadata")  # OpenEnv's own observation fields, not the env's text
 
 
-def register_openenv(name: str, url: str, **env_kwargs: Any) -> None:
+def register_openenv(name: str, url: str | list[str], **env_kwargs: Any) -> None:
     """Give an OpenEnv server a name: ``env_id: openenv:NAME`` then plays ``url`` with these env
-    kwargs as defaults (a recipe's ``env_kwargs`` override them). Call it from an ``env_modules``
-    module. A taken name is refused."""
+    kwargs as defaults (a recipe's ``env_kwargs`` override them). ``url`` may list replicas of one
+    server: each env made in a process takes the next (a server that allows one session at a
+    time needs one replica per env of a batch). Call it from an ``env_modules`` module. A taken
+    name is refused."""
     if not name or "/" in name or ":" in name:
         raise ValueError(f"an OpenEnv name has no '/' or ':' (those make a URL): {name!r}")
     if name in _NAMED:
         raise ValueError(f"OpenEnv name {name!r} is taken (by {_NAMED[name][0]})")
-    _NAMED[name] = (_url(url), dict(env_kwargs))
+    urls = [url] if isinstance(url, str) else list(url)
+    if not urls:
+        raise ValueError(f"OpenEnv name {name!r}: no URL")
+    _NAMED[name] = ([_url(u) for u in urls], dict(env_kwargs))
 
 
 def registered_names() -> list[str]:
@@ -75,12 +85,13 @@ def _url(url: str) -> str:
     return re.sub(r"^ws", "http", url)
 
 
-def resolve(target: str) -> tuple[str, dict[str, Any]]:
-    """``openenv:`` target -> (server URL, default env kwargs)."""
+def resolve(target: str) -> tuple[list[str], dict[str, Any]]:
+    """``openenv:`` target -> (server URLs: one, or a name's replicas; default env kwargs)."""
     if "://" in target:
-        return _url(target), {}
+        return [_url(target)], {}
     if target in _NAMED:
-        return _NAMED[target]
+        urls, kwargs = _NAMED[target]
+        return list(urls), dict(kwargs)
     names = ", ".join(registered_names()) or "none"
     raise ValueError(f"unknown OpenEnv env {target!r}: give a URL (openenv:http://HOST:PORT) or a name "
                      f"registered with register_openenv (registered: {names})")
@@ -148,12 +159,13 @@ async def _session_state(url: str, timeout: float) -> dict:
 def openenv_spec(target: str) -> EnvSpec:
     """The gymnasium spec of ``openenv:TARGET``: the server's step limit where it states one
     (agentrl's servers do), the URL in the kwargs (a spec travels to env workers pickled)."""
-    url, defaults = resolve(target)
-    info = server_info(url)
+    urls, defaults = resolve(target)
+    info = server_info(urls[0])  # replicas serve the same env
     limit = info["state"].get("max_episode_steps") if info["agentrl"] else None
-    safe = re.sub(r"[^\w:.-]", "_", url)
+    safe = re.sub(r"[^\w:.-]", "_", target if "://" not in target else urls[0])
     return EnvSpec(id=f"openenv/{safe}", entry_point="agentrl_envs.interop.openenv_client:OpenEnvTextEnv",
-                   kwargs={"url": url, **defaults}, max_episode_steps=limit, disable_env_checker=True)
+                   kwargs={"url": urls[0] if len(urls) == 1 else urls, **defaults}, max_episode_steps=limit,
+                   disable_env_checker=True)
 
 
 # --- the env ---------------------------------------------------------------------------------
@@ -162,14 +174,14 @@ class OpenEnvTextEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, url: str, history_length: int = 2, expert: bool = False, action_field: str | None = None,
+    def __init__(self, url: str | list[str], history_length: int = 2, expert: bool = False, action_field: str | None = None,
                  action_format: str = "raw", observation_field: str | None = None,
                  prompt_template: str | None = None, invalid_action_penalty: float = 0.1,
                  success_reward: float | None = None, reset_kwargs: dict[str, Any] | None = None,
                  max_episode_steps: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
         """
         Args:
-            url: the server (http://HOST:PORT).
+            url: the server (http://HOST:PORT), or replicas of it: this env takes the next one.
             history_length: agentrl's servers: render prompts for history lengths 0..this (at least
                 the recipe's ``history_length``); others: the pairs ``{history}`` shows.
             expert: agentrl's servers: send the expert's next action with every observation
@@ -183,6 +195,7 @@ class OpenEnvTextEnv(gym.Env):
             raise ValueError(f"action_format must be one of {ACTION_FORMATS}, got {action_format!r}")
         if history_length < 0 or (max_episode_steps is not None and max_episode_steps < 1) or timeout_s <= 0:
             raise ValueError("history_length must be >= 0, max_episode_steps >= 1 and timeout_s > 0")
+        url = url if isinstance(url, str) else url[next(_REPLICA) % len(url)]
         self.url, self.history_length, self.expert, self.timeout_s = _url(url), int(history_length), expert, timeout_s
         self.action_format, self.observation_field = action_format, observation_field
         self.prompt_template, self.invalid_action_penalty = prompt_template, float(invalid_action_penalty)
@@ -278,7 +291,19 @@ class OpenEnvTextEnv(gym.Env):
     # --- machinery -----------------------------------------------------------------------------
     def _call(self, kind: str, data: dict) -> dict:
         """One reset or step over this env's session; a lost connection is dropped (the next
-        reset opens another), a server error keeps it (the server went on)."""
+        reset opens another), a server error keeps it (the server went on). A full server at a
+        reset is asked again for a few seconds: a session just closed may not be gone yet."""
+        for attempt in range(CAPACITY_RETRIES + 1):
+            try:
+                return self._call_once(kind, data)
+            except RuntimeError as e:
+                if kind != "reset" or "CAPACITY_REACHED" not in str(e) or attempt == CAPACITY_RETRIES:
+                    raise
+                self.close()
+                time.sleep(0.25 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _call_once(self, kind: str, data: dict) -> dict:
         if self._client is None:
             self._client = _client_class()(base_url=self.url, message_timeout_s=self.timeout_s)
         client = self._client
@@ -287,6 +312,8 @@ class OpenEnvTextEnv(gym.Env):
             result = _Loop.run(coro, self.timeout_s + 5)
         except RuntimeError as e:
             if str(e).startswith("Server error"):
+                if "CAPACITY_REACHED" in str(e):
+                    self.close()  # the server closed this connection
                 raise RuntimeError(f"{kind}: {e}") from None
             self.close()
             raise
