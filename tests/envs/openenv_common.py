@@ -3,48 +3,14 @@ scripted episodes that are played in-process and through a server and compared m
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-
 import pytest
+from agentrl_envs.interop.local_server import LocalServer
 
 openenv = pytest.importorskip("openenv.core.env_server", reason="needs the openenv extra of agentrl-envs")
 
 
-class Server:
-    """``python -m agentrl_envs serve ...`` on a free loopback port; ``url`` once it listens."""
-
-    def __init__(self, env_id: str, *args: str, timeout: float = 240.0):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self.proc = subprocess.Popen([sys.executable, "-m", "agentrl_envs", "serve", env_id, "--port", "0", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        self.url = None
-        deadline, lines = time.monotonic() + timeout, []
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "serving" in line:
-                self.url = line.split(" at ", 1)[1].split()[0]
-                return
-        self.stop()
-        raise RuntimeError(f"server for {env_id} did not start:\n{''.join(lines)}")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc.stdout.close()
+class Server(LocalServer):
+    """``agentrl-envs serve`` on a free loopback port (``agentrl_envs.interop.local_server``)."""
 
 
 def scripted_responses(env, seed, options, n_max: int = 12) -> list[str]:

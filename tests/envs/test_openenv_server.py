@@ -252,3 +252,19 @@ def test_the_swe_sandbox_keeps_its_jail_limits_behind_the_server(server):
         assert obs == "alive"
     finally:
         env.close()
+
+
+def test_bench_envs_server_compares_in_process_with_the_server(capsys):
+    """``agentrl bench envs --server``: both ways on the same expert episodes; the overhead is the
+    server's step minus the in-process step with the prompts it renders; an env without an expert
+    is a skipped row."""
+    from agentrl.benchmarks import main
+
+    assert main(["envs", "--server", "--episodes", "2", "--envs", "agentrl/TextCraft-v0,agentrl/MathAnswer-v0",
+                 "--json"]) == 0
+    rows = {r["env"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    tc = rows["agentrl/TextCraft-v0"]
+    assert tc["steps"] >= 4 and tc["server_step_ms"] > 0 and tc["inproc_step_prompts_ms"] >= tc["inproc_step_ms"]
+    assert tc["overhead_step_ms"] == pytest.approx(tc["server_step_ms"] - tc["inproc_step_prompts_ms"], abs=2e-3)
+    assert tc["steps_per_s"][0] == pytest.approx(1e3 / tc["inproc_step_ms"], rel=0.01)
+    assert "expert_action" in rows["agentrl/MathAnswer-v0"]["skipped"]
