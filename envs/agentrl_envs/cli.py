@@ -1,6 +1,6 @@
 """``agentrl-envs``: the environments' own command (also ``python -m agentrl_envs``).
 
-    agentrl-envs serve ENV_ID [--port P] [--host H] [--max-concurrent N] [--env-kwargs JSON]
+    agentrl-envs serve ENV_ID [--port P] [--host H] [--max-concurrent N] [--env-kwargs JSON] [--isolate]
     agentrl-envs list
 
 ``serve`` puts a registered env behind OpenEnv's server (``agentrl_envs.interop.openenv_server``);
@@ -23,9 +23,10 @@ def _serve(args) -> int:
     except ValueError as e:
         print(f"agentrl-envs serve: --env-kwargs: {e}", file=sys.stderr)
         return 2
-    if not 0 <= args.port <= 65535 or args.max_concurrent < 1 or (args.session_timeout or 1) <= 0:
-        print("agentrl-envs serve: --port must be in 0..65535, --max-concurrent >= 1, --session-timeout > 0",
-              file=sys.stderr)
+    if (not 0 <= args.port <= 65535 or args.max_concurrent < 1 or (args.session_timeout or 1) <= 0
+            or args.call_timeout <= 0):
+        print("agentrl-envs serve: --port must be in 0..65535, --max-concurrent >= 1, --session-timeout and "
+              "--call-timeout > 0", file=sys.stderr)
         return 2
     try:
         from agentrl_envs.interop.openenv_server import serve
@@ -34,7 +35,7 @@ def _serve(args) -> int:
         return 2
     try:
         serve(args.env_id, args.host, args.port, kwargs, args.max_concurrent, args.session_timeout,
-              args.parallel, args.log_level)
+              args.parallel, args.isolate, args.call_timeout, args.log_level)
     except (ValueError, OSError) as e:  # a bad id or kwargs; a port taken
         print(f"agentrl-envs serve: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
@@ -65,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--parallel", action="store_true",
                    help="run each session's env calls on its own thread (envs that wait on subprocesses, "
                         "e.g. agentrl/SWE-v0); default: one thread for all sessions")
+    s.add_argument("--isolate", action="store_true",
+                   help="run each session's env in a process of its own: an env that dies (a segfault) or hangs "
+                        "loses its episode, not the server")
+    s.add_argument("--call-timeout", type=float, default=300.0,
+                   help="with --isolate: a reset or step that takes longer loses its episode (default 300 s)")
     s.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     s.set_defaults(fn=_serve)
     ls = sub.add_parser("list", help="print the registered env ids")

@@ -2,10 +2,14 @@
 (``agentrl-envs serve tests.envs.faulty_env:agentrl/Faulty-v0``). Registered on import.
 
 Its task is to reach 3 by ``add 1`` commands (+1 reward when it does); ``crash`` raises
-RuntimeError inside ``step``, as a broken engine would.
+RuntimeError inside ``step``, as a broken engine would; ``abort`` kills the process (SIGABRT, as
+a segfault in a compiled engine would) and ``hang`` sleeps for a minute.
 """
 
 from __future__ import annotations
+
+import os
+import time
 
 from agentrl_envs.base import TextEnv
 from gymnasium.envs.registration import register, registry
@@ -21,6 +25,10 @@ class FaultyEnv(TextEnv):
     def _execute(self, action):
         if action == "crash":
             raise RuntimeError("the engine broke")
+        if action == "abort":
+            os.abort()
+        if action == "hang":
+            time.sleep(60)
         if action != "add 1":
             return f"unknown command {action!r}", 0.0, False, False, {}
         self.n += 1

@@ -32,6 +32,7 @@ CASES = [
     ("agentrl/MathAnswer-v0", 5, None, False),  # no expert: one scripted answer
     ("agentrl/FiniteMDP-v0", 6, None, True),
 ]
+ISOLATED = {"agentrl/TextCraft-v0", "agentrl/WebShop-v0"}  # also played with --isolate
 SERVERS: dict[str, Server] = {}
 
 
@@ -80,14 +81,15 @@ def test_an_episode_through_the_server_is_the_in_process_episode(server, env_id,
         expected = play(local, seed, options, responses)
     finally:
         local.close()
-    remote = make_env("openenv:" + server(env_id).url)
-    try:
-        got = play(remote, seed, options, responses)
-    finally:
-        remote.close()
-    assert len(responses) >= 1 and len(got) == len(expected)
-    for t, (g, e) in enumerate(zip(got, expected, strict=True)):
-        assert g == e, f"{env_id}: move {t} differs"
+    for args in [()] + ([("--isolate",)] if env_id in ISOLATED else []):
+        remote = make_env("openenv:" + server(env_id, *args).url)
+        try:
+            got = play(remote, seed, options, responses)
+        finally:
+            remote.close()
+        assert len(responses) >= 1 and len(got) == len(expected)
+        for t, (g, e) in enumerate(zip(got, expected, strict=True)):
+            assert g == e, f"{env_id} {args}: move {t} differs"
     assert expected[-1][2] or expected[-1][3] or env_id == "agentrl/SWE-v0"  # the script ends the episode
     if deviate:  # the malformed response and the refused command cost the env's penalty, as in-process
         assert expected[2][4]["action_valid"] is False and expected[2][1] < 0
@@ -215,6 +217,36 @@ def test_a_crashing_env_loses_one_episode_and_the_server_lives(server):
         assert victim.reset(seed=1)[0] == "count 0"
         steps = [victim.step("<action>add 1</action>") for _ in range(3)]
         assert [s[1] for s in steps] == [0.0, 0.0, 1.0] and steps[-1][2] and steps[-1][4]["won"]
+        assert srv.alive() and requests.get(f"{srv.url}/health").json()["status"] == "healthy"
+    finally:
+        victim.close()
+        bystander.close()
+
+
+def test_an_isolated_env_that_dies_or_hangs_loses_one_episode_and_the_server_lives(server):
+    """``--isolate``: each session's env in a process of its own. ``abort`` kills that process
+    (SIGABRT, like a segfault) and ``hang`` outlives ``--call-timeout``: each loses its episode
+    with a message naming what happened, a session beside it plays on, the next reset starts a
+    fresh env process, and the server lives."""
+    import time
+
+    srv = server("faulty_env:agentrl/Faulty-v0", "--max-concurrent", "2", "--isolate", "--call-timeout", "3")
+    victim, bystander = make_env("openenv:" + srv.url), make_env("openenv:" + srv.url)
+    try:
+        victim.reset(seed=0)
+        bystander.reset(seed=0)
+        with pytest.raises(RuntimeError, match=r"env process died \(signal 6\) in step; the episode is lost"):
+            victim.step("<action>abort</action>")
+        assert bystander.step("<action>add 1</action>")[0] == "count 1"
+        with pytest.raises(RuntimeError, match="episode is lost"):
+            victim.step("<action>add 1</action>")
+        assert victim.reset(seed=1)[0] == "count 0" and victim.step("<action>add 1</action>")[0] == "count 1"
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match="env process did not answer within 3 s in step"):
+            victim.step("<action>hang</action>")
+        assert time.monotonic() - t0 < 30  # the call timed out; the 60 s sleep did not run out
+        assert bystander.step("<action>add 1</action>")[0] == "count 2"
+        assert victim.reset(seed=2)[0] == "count 0"
         assert srv.alive() and requests.get(f"{srv.url}/health").json()["status"] == "healthy"
     finally:
         victim.close()
