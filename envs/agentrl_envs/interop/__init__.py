@@ -14,6 +14,10 @@ when used, and says which extra installs it when it is missing.
 
 from __future__ import annotations
 
+SERVER_NAME = "agentrl-envs"
+"""What the state of an agentrl server says in ``server``: how a client tells one of ours from
+another OpenEnv server."""
+
 
 def missing_extra(what: str, extra: str, e: ImportError) -> ImportError:
     """The one-line error of a door whose library is not installed: which extra installs it."""

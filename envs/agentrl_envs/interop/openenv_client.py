@@ -44,11 +44,10 @@ from gymnasium.envs.registration import EnvSpec
 
 from agentrl_envs.actions import parse_action
 from agentrl_envs.base import MAX_ACTION, MAX_TEXT, PRINTABLE, clip
-from agentrl_envs.interop import missing_extra
+from agentrl_envs.interop import SERVER_NAME, missing_extra
 from agentrl_envs.prompts import history_entry
 
 PREFIX = "openenv:"
-AGENTRL_SERVER = "agentrl-envs"  # TextEnvState.server (openenv_server.SERVER_NAME; not imported: no extra needed here)
 ACTION_FORMATS = ("raw", "action_tag")
 DEFAULT_TIMEOUT_S = 300.0
 CAPACITY_RETRIES = 8  # ~9 s of retries at a reset when the server is full  # a SWE step runs a command then may grade (10 + 30 s by default)
@@ -137,7 +136,7 @@ def server_info(url: str, timeout: float = 10.0) -> dict[str, Any]:
     and step limit. ValueError (one line) when the server cannot be reached."""
     schema = _get_json(f"{url}/schema", timeout)
     state = _Loop.run(_session_state(url, timeout), timeout + 5)
-    return {"schema": schema, "state": state, "agentrl": state.get("server") == AGENTRL_SERVER}
+    return {"schema": schema, "state": state, "agentrl": state.get("server") == SERVER_NAME}
 
 
 @functools.lru_cache(maxsize=64)

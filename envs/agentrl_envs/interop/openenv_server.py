@@ -6,8 +6,9 @@ OpenEnv's server (``create_fastapi_app``) gives each WebSocket session (``/ws``)
 environment from a factory, runs ``reset``/``step`` there and answers with the observation; HTTP
 ``/reset`` and ``/step`` are stateless (a fresh env per request), ``/state``, ``/schema``,
 ``/metadata`` and ``/health`` describe the server. This module is the environment it serves:
-``TextEnvEnvironment`` wraps one gymnasium env made with ``probe.make_env`` (the step limit
-included), so an episode played through the server is the in-process episode, move for move.
+``TextEnvEnvironment`` puts OpenEnv's interface on a ``session.Session`` (one gymnasium env made
+with ``probe.make_env``, the step limit included, and the server's record of its episode), so an
+episode played through the server is the in-process episode, move for move.
 
 * The action is the model's whole response (``TextAction.text``): the env parses it, so a
   malformed action gets the env's own message and penalty, exactly as in-process.
@@ -36,7 +37,14 @@ import functools
 from typing import Any
 
 from agentrl_envs.interop import missing_extra
-from agentrl_envs.interop.session import BadRequest, EnvCrash, IsolatedSession, NoEpisode, Session
+from agentrl_envs.interop.session import (
+    SERVER_NAME,
+    BadRequest,
+    EnvCrash,
+    IsolatedSession,
+    NoEpisode,
+    Session,
+)
 from agentrl_envs.probe import make_env
 
 try:
@@ -45,10 +53,6 @@ try:
     from pydantic import Field
 except ImportError as _e:  # pragma: no cover - the extra is installed wherever this is tested
     raise missing_extra("agentrl-envs serve", "openenv", _e) from None
-
-SERVER_NAME = "agentrl-envs"
-"""``TextEnvState.server``: how a client tells one of our servers from another OpenEnv server."""
-
 
 class TextAction(Action):
     """The model's response, as it wrote it: the env runs the body of its first well-formed
