@@ -36,15 +36,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from agentrl_envs.interop import missing_extra
-from agentrl_envs.interop.session import (
-    SERVER_NAME,
-    BadRequest,
-    EnvCrash,
-    IsolatedSession,
-    NoEpisode,
-    Session,
-)
+from agentrl_envs.interop import SERVER_NAME, missing_extra
+from agentrl_envs.interop.session import BadRequest, EnvCrash, IsolatedSession, NoEpisode, Session
 from agentrl_envs.probe import make_env
 
 try:
