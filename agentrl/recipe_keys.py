@@ -95,7 +95,8 @@ class AgentKeys:
                                                  "decoder.", MODEL)
 
     # --- environment and tasks
-    env_id: str = knob("agentrl/TextCraft-v0", "Gymnasium id of the env (agentrl/*).", ENV, episode=True, identity=True)
+    env_id: str = knob("agentrl/TextCraft-v0", "Gymnasium id of the env (agentrl/*), module:ID, or openenv:URL / "
+                       "openenv:NAME for an OpenEnv server (docs/envs.md).", ENV, episode=True, identity=True)
     env_kwargs: dict | str | None = knob(None, "Keyword arguments for gymnasium.make (a mapping, or a JSON string "
                                          "on the CLI).", ENV, json_value=True, episode=True)
     env_modules: list[str] | None = knob(None, "Extra modules imported before the recipe is checked: they register "

@@ -1,6 +1,7 @@
 """``agentrl bench envs``: reset and step latency of each registered env, driven by its expert.
 
     agentrl bench envs --episodes 10 [--envs ID,...] [--alfworld-engines native,textworld] [--fleet N]
+    agentrl bench envs --server --episodes 10 [--envs ID,...]
 
 Each env is driven by its own expert through ``gymnasium.make`` (the path the trainer uses) over
 ``--episodes`` seeds of the train split. Reports the first reset apart (ALFWorld loads its game
@@ -9,6 +10,13 @@ machine), the median and 90th percentile step, and the expert's win rate; ALFWor
 engine (``--alfworld-engines``, default native and textworld side by side); ``--fleet N`` adds
 the time to create and reset N envs warm. An env without an expert, or one that cannot be made
 here (a missing extra, data set or sandbox), is listed as skipped with its reason on one line.
+
+``--server`` compares each env in-process with the same env behind ``agentrl-envs serve`` (a
+child process on loopback, played through ``openenv:URL``): the expert's episodes are recorded
+in-process, then replayed through the server on the same seeds. Per env: resets/s and steps/s
+both ways (1 / median), and the server's overhead per step: the median step through the server
+minus the median in-process step plus the prompts the server renders with every observation
+(``user_prompt`` for h = 0..2 and ``turn_message``), i.e. transport, OpenEnv's server and JSON.
 """
 
 from __future__ import annotations
@@ -122,6 +130,110 @@ def _fleet(gym, env_id: str, kwargs: dict, n: int) -> float:
     return took
 
 
+def bench_server(env_ids: list[str], episodes: int) -> list[dict[str, Any]]:
+    """In-process vs through ``agentrl-envs serve``, one row per env (module docstring); an env
+    that cannot be benched gets a row with ``skipped``."""
+    rows = []
+    for env_id in env_ids:
+        try:
+            row = _server_one(env_id, episodes)
+        except Exception as e:      # a missing extra, data set, sandbox or expert: report, go on
+            row = {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]}
+        rows.append({"env": env_id, "episodes": episodes, **row})
+    return rows
+
+
+def _server_one(env_id: str, episodes: int) -> dict[str, Any]:
+    from agentrl_envs.interop.local_server import LocalServer
+    from agentrl_envs.probe import make_env
+
+    local = make_env(env_id)
+    try:
+        inproc, scripts = _play_timed(local, episodes, None, with_prompts=True)
+    finally:
+        local.close()
+    with LocalServer(env_id) as srv:
+        remote = make_env("openenv:" + srv.url)
+        try:
+            served, _ = _play_timed(remote, episodes, scripts, with_prompts=False)
+        finally:
+            remote.close()
+    med = {k: statistics.median(v) for k, v in {**_prefixed("in_", inproc), **_prefixed("srv_", served)}.items()}
+    return {
+        "steps": len(served["step"]),
+        "inproc_reset_ms": round(1e3 * med["in_reset"], 3), "server_reset_ms": round(1e3 * med["srv_reset"], 3),
+        "inproc_step_ms": round(1e3 * med["in_step"], 3),
+        "inproc_step_prompts_ms": round(1e3 * med["in_step_prompts"], 3),
+        "server_step_ms": round(1e3 * med["srv_step"], 3),
+        "server_step_client_cpu_ms": round(1e3 * med["srv_step_cpu"], 3),
+        "resets_per_s": [round(1 / med["in_reset"], 1), round(1 / med["srv_reset"], 1)],
+        "steps_per_s": [round(1 / med["in_step"], 1), round(1 / med["srv_step"], 1)],
+        "overhead_step_ms": round(1e3 * (med["srv_step"] - med["in_step_prompts"]), 3),
+    }
+
+
+def _prefixed(prefix: str, d: dict) -> dict:
+    return {prefix + k: v for k, v in d.items()}
+
+
+def _play_timed(env, episodes: int, scripts: list[list[str]] | None, with_prompts: bool):
+    """Seeds 0..episodes-1: the expert's episodes (``scripts`` None: recorded and returned) or
+    ``scripts`` replayed. Times each reset after the first and each step (with the server's prompt
+    work after it, in-process); the CPU of this process per step."""
+    from agentrl_envs.actions import format_action
+    from agentrl_envs.prompts import history_entry, turn_message, user_prompt
+
+    t = {"reset": [], "step": [], "step_prompts": [], "step_cpu": []}
+    recorded = []
+    for ep in range(episodes):
+        t0 = time.perf_counter()
+        obs, info = env.reset(seed=ep)
+        if ep:
+            t["reset"].append(time.perf_counter() - t0)
+        script = [] if scripts is None else scripts[ep]
+        history, k = [], 0
+        while True:
+            if scripts is None:
+                body = env.unwrapped.expert_action()
+                if body is None:
+                    break
+                script.append(format_action(body))
+            elif k >= len(script):
+                break
+            response = script[k]
+            t0, c0 = time.perf_counter(), time.process_time()
+            result = env.step(response)
+            t["step"].append(time.perf_counter() - t0)
+            t["step_cpu"].append(time.process_time() - c0)
+            history.append((obs, history_entry(result[4], response)))
+            obs, info, k = result[0], result[4], k + 1
+            done = result[2] or result[3]
+            if with_prompts and not done:  # what the server renders with each observation
+                for h in range(3):
+                    user_prompt(env.unwrapped, obs, info, history, k, h)
+                turn_message(env.unwrapped, obs, info, k)
+            t["step_prompts"].append(time.perf_counter() - t0)
+            if done:
+                break
+        recorded.append(script)
+    if not t["step"]:
+        raise ValueError("the expert took no step")
+    return t, recorded
+
+
+def _print_server(rows: list[dict[str, Any]]) -> None:
+    print(f"{'env':<24} {'resets/s in|srv':>16} {'steps/s in|srv':>16} {'step_ms':>8} {'+prompts':>9} "
+          f"{'srv_step':>9} {'overhead':>9} {'steps':>6}")
+    for r in rows:
+        if "skipped" in r:
+            print(f"{r['env']:<24} skipped: {r['skipped']}")
+            continue
+        rs, ss = r["resets_per_s"], r["steps_per_s"]
+        print(f"{r['env']:<24} {rs[0]:>7.0f} | {rs[1]:<6.0f} {ss[0]:>7.0f} | {ss[1]:<6.0f} {r['inproc_step_ms']:>8.3f} "
+              f"{r['inproc_step_prompts_ms']:>9.3f} {r['server_step_ms']:>9.3f} {r['overhead_step_ms']:>9.3f} "
+              f"{r['steps']:>6}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="agentrl bench envs", description=__doc__.splitlines()[0].strip('`"'))
     ap.add_argument("--envs", default=None, help="comma-separated env ids (default: all registered)")
@@ -130,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="ALFWorld engines benched side by side (default native,textworld; '' = the env's default)")
     ap.add_argument("--fleet", type=int, default=0,
                     help="also time creating + resetting this many envs, warm (default 0: off)")
+    ap.add_argument("--server", action="store_true",
+                    help="compare each env in-process with the same env behind agentrl-envs serve (OpenEnv)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     import agentrl_envs as envs
@@ -145,6 +259,13 @@ def main(argv: list[str] | None = None) -> int:
                "--episodes must be positive" if args.episodes < 1 else "--fleet must be >= 0")
         print(f"error: {msg}", file=sys.stderr)
         return 2
+    if args.server:
+        rows = bench_server(ids, args.episodes)
+        if args.json:
+            print(json.dumps({"episodes": args.episodes, "server": True, "results": rows}, indent=1))
+        else:
+            _print_server(rows)
+        return 0
     rows = bench_envs(ids, args.episodes, engines, args.fleet)
     if args.json:
         print(json.dumps({"episodes": args.episodes, "results": rows}, indent=1))

@@ -31,20 +31,14 @@ DEFAULT_TIMEOUT_S = 300.0
 
 
 def env_spec(env_id: str):
-    """The registered spec of ``env_id``; ``"module:ID"`` imports ``module`` first (gymnasium's
-    syntax), so an env registered outside ``agentrl_envs`` can run in workers. The spec, not the
-    id, goes to the workers: they need not have imported whatever registered it."""
-    import importlib
-
-    import agentrl_envs  # noqa: F401 - registers agentrl/* ids
-    import gymnasium as gym
+    """The spec ``env_id`` names (``agentrl_envs.probe.env_spec``: a registered id, ``module:ID``
+    or ``openenv:URL``). The spec, not the id, goes to the workers: they need not have imported
+    whatever registered it."""
+    from agentrl_envs.probe import env_spec as probe_spec
 
     try:
-        if ":" in env_id:
-            module, env_id = env_id.split(":", 1)
-            importlib.import_module(module)
-        return gym.spec(env_id)
-    except Exception as e:
+        return probe_spec(env_id)
+    except ValueError as e:
         raise ValueError(f"cannot make env {env_id!r}: {first_line(e)}") from None
 
 

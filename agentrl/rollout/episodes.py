@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl_envs.actions import parse_action
+from agentrl_envs.prompts import history_entry
 
 from agentrl.records import StepRecord
 from agentrl.rollout.contexts import make_context
@@ -251,7 +252,7 @@ class _Rollout:
     def _apply(self, s: Slot, comp: list[int], fp, response: str, result) -> None:
         obs, reward, terminated, truncated, info = result
         ep = s.ep
-        action = info.get("action") or parse_action(response) or response
+        action = history_entry(info, response)  # the same rule the OpenEnv server's prompts use
         valid = bool(info.get("action_valid", parse_action(response) is not None))
         rec = StepRecord(
             group_id=ep.group_id, traj_id=ep.traj_id, t=s.t, obs=s.obs, action=action,

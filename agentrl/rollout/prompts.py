@@ -1,17 +1,18 @@
 """Text and token helpers shared by the contexts, the env batches, SFT and eval.
 
 Nothing here holds state: the chat template rendered as text, tokenized once (``chat_text`` +
-``encode``); the env's own prompt builders called with the arguments each env accepts
-(``user_prompt``, ``turn_message``); a completion decoded the way the env must see it
-(``decode_response``); and the chat template cut into pieces so that an env turn can be
-appended to a growing token sequence (``TurnTemplate``).
+``encode``); the env's own prompt builders (``user_prompt``, ``turn_message``; they live in
+``agentrl_envs.prompts``, where the OpenEnv server calls them too); a completion decoded the way
+the env must see it (``decode_response``); and the chat template cut into pieces so that an env
+turn can be appended to a growing token sequence (``TurnTemplate``).
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from typing import Any
+from agentrl_envs.prompts import turn_message, user_prompt
+
+__all__ = ["TurnTemplate", "chat_text", "cut_at_stop", "decode_response", "encode", "turn_message",
+           "user_prompt"]
 
 # Markers used to cut the chat template into reusable pieces (TurnTemplate).
 _U_MARK = "\x00AGENTRL_USER\x00"
@@ -38,39 +39,6 @@ def decode_response(tokenizer, ids: list[int]) -> str:
     for tok_text in ("<|im_end|>", "<|im_start|>", "<|endoftext|>", "<|eot_id|>"):
         text = text.replace(tok_text, "")
     return text
-
-
-@functools.cache
-def _takes_history_length(env_cls: type) -> bool:
-    """Whether ``env_cls.prompt`` accepts ``history_length`` (once per class: it is asked on
-    every turn of every episode)."""
-    try:
-        params = inspect.signature(env_cls.prompt).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "history_length" or p.kind is p.VAR_KEYWORD for p in params)
-
-
-def user_prompt(env, obs: str, info: dict[str, Any], history: list[tuple[str, str]], step: int, h: int) -> str:
-    """The env's full user message: task + the last ``h`` (observation, action) pairs + ``obs``.
-    ``env`` is the unwrapped env (its ``prompt`` method)."""
-    recent = history[-h:] if h > 0 else []
-    if _takes_history_length(type(env)):
-        return env.prompt(obs, info, recent, step, history_length=h)
-    return env.prompt(obs, info, recent, step)  # an env with only the contract's four arguments
-
-
-def turn_message(env, obs: str, info: dict[str, Any], step: int) -> str:
-    """The user message of a later turn in a growing sequence: the new observation (+ the
-    admissible actions where the env lists them). An env may define ``turn_prompt(obs, info, step)``."""
-    fn = getattr(env, "turn_prompt", None)
-    if callable(fn):
-        return fn(obs, info, step)
-    lines = [f"Observation: {obs}"]
-    adm = info.get("admissible_actions")
-    if adm:
-        lines.append("Admissible actions: " + ", ".join(adm))
-    return "\n".join(lines)
 
 
 class TurnTemplate:

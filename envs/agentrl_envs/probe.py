@@ -1,8 +1,11 @@
 """Env ids and tasks checked before a run starts, and the expert played through an env.
 
-Config validation, ``agentrl eval``, ``agentrl sft`` and the benchmarks all ask the same two
-questions before any episode: is this env id registered, and do these env kwargs and reset options
-give a task? They ask them here, in one wording, without importing the rollout.
+Config validation, ``agentrl eval``, ``agentrl sft``, the env workers, ``agentrl-envs serve`` and
+the benchmarks all ask the same two questions before any episode: what does this env id name, and
+do these env kwargs and reset options give a task? They ask them here, in one wording, without
+importing the rollout. An id is a registered gymnasium id (``agentrl/TextCraft-v0``),
+``module:ID`` (gymnasium's syntax: import ``module``, which registers ``ID``), or ``openenv:URL``
+/ ``openenv:NAME``: an OpenEnv server played over its protocol (``agentrl_envs.interop.openenv_client``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 NAMESPACE = "agentrl/"
+OPENENV_PREFIX = "openenv:"
 
 
 def first_line(e: BaseException) -> str:
@@ -29,24 +33,48 @@ def registered_env_ids() -> list[str]:
 
 
 def check_env_id(env_id: str) -> None:
-    """ValueError, one line naming the valid ids, unless ``env_id`` is registered with gymnasium
-    (import an env module that registers its ids before asking)."""
+    """ValueError, one line naming the valid ids, unless ``env_id`` names an env (:func:`env_spec`;
+    import an env module that registers its ids before asking)."""
+    env_spec(env_id)
+
+
+def env_spec(env_id: str):
+    """The gymnasium spec ``env_id`` names (module docstring), or a one-line ValueError. An
+    ``openenv:`` id asks its server (it must be up); the spec, not the id, is what env workers get."""
+    import importlib
+
     from gymnasium.envs.registration import registry
 
     import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
 
-    if env_id not in registry:
-        raise ValueError(f"unknown env id {env_id!r}; valid: {', '.join(registered_env_ids())}")
+    if env_id.startswith(OPENENV_PREFIX):
+        from agentrl_envs.interop.openenv_client import openenv_spec
+
+        try:
+            return openenv_spec(env_id[len(OPENENV_PREFIX):])
+        except ImportError as e:
+            raise ValueError(first_line(e)) from None
+    name = env_id
+    if ":" in env_id:
+        module, name = env_id.split(":", 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ValueError(f"cannot import {module!r} for env id {env_id!r}: {first_line(e)}") from None
+    if name not in registry:
+        raise ValueError(f"unknown env id {env_id!r}; valid: {', '.join(registered_env_ids())}, "
+                         f"{OPENENV_PREFIX}URL or {OPENENV_PREFIX}NAME")
+    return registry[name]
 
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None):
-    """``gymnasium.make(env_id, **env_kwargs)`` after :func:`check_env_id`; bad kwargs raise a
-    one-line ValueError too."""
+    """``gymnasium.make`` of the spec ``env_id`` names (:func:`env_spec`) with ``env_kwargs``; bad
+    kwargs raise a one-line ValueError too."""
     import gymnasium as gym
 
-    check_env_id(env_id)
+    spec = env_spec(env_id)
     try:
-        return gym.make(env_id, **(env_kwargs or {}))
+        return gym.make(spec, **(env_kwargs or {}))
     except Exception as e:
         raise ValueError(f"cannot make {env_id} with env_kwargs {env_kwargs or {}}: {first_line(e)}") from None
 

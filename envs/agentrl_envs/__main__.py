@@ -1,0 +1,7 @@
+"""``python -m agentrl_envs``: the ``agentrl-envs`` command."""
+
+import sys
+
+from agentrl_envs.cli import main
+
+sys.exit(main())

@@ -1,0 +1,87 @@
+"""``agentrl-envs``: the environments' own command (also ``python -m agentrl_envs``).
+
+    agentrl-envs serve ENV_ID [--port P] [--host H] [--max-concurrent N] [--env-kwargs JSON] [--isolate]
+    agentrl-envs list
+
+``serve`` puts a registered env behind OpenEnv's server (``agentrl_envs.interop.openenv_server``);
+``ENV_ID`` may be ``module:ID`` to import the module that registers it first. ``list`` prints
+the registered ids. Bad input is one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _serve(args) -> int:
+    try:
+        kwargs = json.loads(args.env_kwargs)
+        if not isinstance(kwargs, dict):
+            raise ValueError("must be a JSON object")
+    except ValueError as e:
+        print(f"agentrl-envs serve: --env-kwargs: {e}", file=sys.stderr)
+        return 2
+    if (not 0 <= args.port <= 65535 or args.max_concurrent < 1 or (args.session_timeout or 1) <= 0
+            or args.call_timeout <= 0):
+        print("agentrl-envs serve: --port must be in 0..65535, --max-concurrent >= 1, --session-timeout and "
+              "--call-timeout > 0", file=sys.stderr)
+        return 2
+    try:
+        from agentrl_envs.interop.openenv_server import serve
+    except ImportError as e:
+        print(f"agentrl-envs serve: {e}", file=sys.stderr)
+        return 2
+    try:
+        serve(args.env_id, args.host, args.port, kwargs, args.max_concurrent, args.session_timeout,
+              args.parallel, args.isolate, args.call_timeout, args.log_level)
+    except (ValueError, OSError) as e:  # a bad id or kwargs; a port taken
+        print(f"agentrl-envs serve: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _list(args) -> int:
+    from agentrl_envs.probe import registered_env_ids
+
+    print("\n".join(registered_env_ids()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="agentrl-envs", description="agentrl's environments, for any trainer.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve an env over OpenEnv's protocol (HTTP + WebSocket)",
+                       description="Serve a registered env with OpenEnv's server: one env per /ws session.")
+    s.add_argument("env_id", help="a registered id (agentrl/TextCraft-v0), or module:ID to import module first")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free port, printed)")
+    s.add_argument("--max-concurrent", type=int, default=8, help="most sessions at once (default 8)")
+    s.add_argument("--env-kwargs", default="{}", help="JSON object of keyword arguments for gymnasium.make")
+    s.add_argument("--session-timeout", type=float, default=None,
+                   help="close a session idle this many seconds (default: never)")
+    s.add_argument("--parallel", action="store_true",
+                   help="run each session's env calls on its own thread (envs that wait on subprocesses, "
+                        "e.g. agentrl/SWE-v0); default: one thread for all sessions")
+    s.add_argument("--isolate", action="store_true",
+                   help="run each session's env in a process of its own: an env that dies (a segfault) or hangs "
+                        "loses its episode, not the server")
+    s.add_argument("--call-timeout", type=float, default=300.0,
+                   help="with --isolate: a reset or step that takes longer loses its episode (default 300 s)")
+    s.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
+    s.set_defaults(fn=_serve)
+    ls = sub.add_parser("list", help="print the registered env ids")
+    ls.set_defaults(fn=_list)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.fn(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,412 @@
+"""Any OpenEnv server as a gymnasium text env: ``env_id: openenv:http://HOST:PORT`` (or a name
+given to ``register_openenv``), played by agentrl's rollout, env workers and credit modules like
+a built-in env.
+
+``probe.make_env`` turns such an id into ``openenv_spec(target)``: one ``OpenEnvTextEnv`` per env,
+each holding one OpenEnv session (a ``/ws`` connection made with OpenEnv's own client,
+``GenericEnvClient``) opened at the first reset. Two kinds of server:
+
+* **agentrl's** (``agentrl-envs serve``, told apart by its ``state``): the response goes over
+  as it is, and the server's env parses it, applies its penalty, ends the episode at its step
+  limit and renders the next prompts (``openenv_server``). ``prompt`` and ``turn_prompt`` hand
+  back those renderings, so the episode, its records and its prompts equal the in-process ones.
+* **anyone else's**: prompt and action parsing come from the env kwargs (the recipe).
+  ``action_field`` names the action's text field (default: its only required string field, read
+  from ``/schema``); ``action_format`` is ``raw`` (the whole response) or ``action_tag`` (the body
+  of the first ``<action>``; a response without one is not sent and costs
+  ``invalid_action_penalty``); ``observation_field`` picks the observation's text (default: every
+  non-empty field, one ``name: value`` line each, or the only one as it is); ``prompt_template``
+  formats the user message from ``{observation}``, ``{history}``, ``{step}`` and the observation's
+  own fields; ``success_reward`` makes an episode that ends with a reward at least that a win;
+  ``reset_kwargs`` are sent with every reset, and ``max_episode_steps`` truncates on this side.
+
+A server error (the env raised; a bad request) raises ``RuntimeError`` from ``reset``/``step``, which
+agentrl's env batches turn into the end of that episode; a lost connection is reopened at the next
+reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
+
+from agentrl_envs.actions import parse_action
+from agentrl_envs.base import MAX_ACTION, MAX_TEXT, PRINTABLE, clip
+from agentrl_envs.interop import SERVER_NAME, missing_extra
+from agentrl_envs.prompts import history_entry
+
+PREFIX = "openenv:"
+ACTION_FORMATS = ("raw", "action_tag")
+DEFAULT_TIMEOUT_S = 300.0
+CAPACITY_RETRIES = 8  # ~9 s of retries at a reset when the server is full  # a SWE step runs a command then may grade (10 + 30 s by default)
+_NAMED: dict[str, tuple[list[str], dict[str, Any]]] = {}
+_REPLICA = itertools.count()
+"""Which replica the next env of this process takes (round robin)."""
+_OWN_FIELDS = ("done", "reward", "metadata")  # OpenEnv's own observation fields, not the env's text
+
+
+def register_openenv(name: str, url: str | list[str], **env_kwargs: Any) -> None:
+    """Give an OpenEnv server a name: ``env_id: openenv:NAME`` then plays ``url`` with these env
+    kwargs as defaults (a recipe's ``env_kwargs`` override them). ``url`` may list replicas of one
+    server: each env made in a process takes the next (a server that allows one session at a
+    time needs one replica per env of a batch). Call it from an ``env_modules`` module. A taken
+    name is refused."""
+    if not name or "/" in name or ":" in name:
+        raise ValueError(f"an OpenEnv name has no '/' or ':' (those make a URL): {name!r}")
+    if name in _NAMED:
+        raise ValueError(f"OpenEnv name {name!r} is taken (by {_NAMED[name][0]})")
+    urls = [url] if isinstance(url, str) else list(url)
+    if not urls:
+        raise ValueError(f"OpenEnv name {name!r}: no URL")
+    _NAMED[name] = ([_url(u) for u in urls], dict(env_kwargs))
+
+
+def registered_names() -> list[str]:
+    return sorted(_NAMED)
+
+
+def _url(url: str) -> str:
+    url = url.rstrip("/")
+    if not re.match(r"^(https?|wss?)://[^/\s]+", url):
+        raise ValueError(f"not a server URL: {url!r} (http://HOST:PORT)")
+    return re.sub(r"^ws", "http", url)
+
+
+def resolve(target: str) -> tuple[list[str], dict[str, Any]]:
+    """``openenv:`` target -> (server URLs: one, or a name's replicas; default env kwargs)."""
+    if "://" in target:
+        return [_url(target)], {}
+    if target in _NAMED:
+        urls, kwargs = _NAMED[target]
+        return list(urls), dict(kwargs)
+    names = ", ".join(registered_names()) or "none"
+    raise ValueError(f"unknown OpenEnv env {target!r}: give a URL (openenv:http://HOST:PORT) or a name "
+                     f"registered with register_openenv (registered: {names})")
+
+
+# --- talking to a server ---------------------------------------------------------------------
+class _Loop:
+    """One asyncio loop on a daemon thread for every OpenEnv client of this process (OpenEnv's
+    client is async; a loop per client would be a thread per env)."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def run(cls, coro, timeout: float):
+        with cls._lock:
+            if cls._loop is None or not cls._loop.is_running():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="openenv-clients", daemon=True).start()
+                cls._loop = loop
+        return asyncio.run_coroutine_threadsafe(coro, cls._loop).result(timeout)
+
+
+def _client_class():
+    try:
+        from openenv.core.generic_client import GenericEnvClient
+    except ImportError as e:
+        raise missing_extra("an openenv: env id", "openenv", e) from None
+    return GenericEnvClient
+
+
+def _get_json(url: str, timeout: float = 10.0) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        raise ValueError(f"cannot reach the OpenEnv server at {url}: {getattr(e, 'reason', e)}") from None
+
+
+def server_info(url: str, timeout: float = 10.0) -> dict[str, Any]:
+    """What a client needs before its first episode: the action and observation schemas
+    (``/schema``) and, from a session's ``state``, whether this is agentrl's server and its env id
+    and step limit. ValueError (one line) when the server cannot be reached."""
+    schema = _get_json(f"{url}/schema", timeout)
+    state = _Loop.run(_session_state(url, timeout), timeout + 5)
+    return {"schema": schema, "state": state, "agentrl": state.get("server") == SERVER_NAME}
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_server_info(url: str) -> dict[str, Any]:
+    """``server_info`` once per URL and process: every env of a batch asks it when it is made."""
+    return server_info(url)
+
+
+async def _session_state(url: str, timeout: float) -> dict:
+    client = _client_class()(base_url=url, connect_timeout_s=timeout, message_timeout_s=timeout)
+    try:
+        return await client.state()
+    except Exception as e:
+        raise ValueError(f"cannot open a session on the OpenEnv server at {url}: {e}") from None
+    finally:
+        await client.close()
+
+
+def openenv_spec(target: str) -> EnvSpec:
+    """The gymnasium spec of ``openenv:TARGET``: the server's step limit where it states one
+    (agentrl's servers do), the URL in the kwargs (a spec travels to env workers pickled)."""
+    urls, defaults = resolve(target)
+    info = server_info(urls[0])  # replicas serve the same env
+    limit = info["state"].get("max_episode_steps") if info["agentrl"] else None
+    safe = re.sub(r"[^\w:.-]", "_", target if "://" not in target else urls[0])
+    return EnvSpec(id=f"openenv/{safe}", entry_point="agentrl_envs.interop.openenv_client:OpenEnvTextEnv",
+                   kwargs={"url": urls[0] if len(urls) == 1 else urls, **defaults}, max_episode_steps=limit,
+                   disable_env_checker=True)
+
+
+# --- the env ---------------------------------------------------------------------------------
+class OpenEnvTextEnv(gym.Env):
+    """One OpenEnv session as a gymnasium text env (module docstring)."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, url: str | list[str], history_length: int = 2, expert: bool = False, action_field: str | None = None,
+                 action_format: str = "raw", observation_field: str | None = None,
+                 prompt_template: str | None = None, invalid_action_penalty: float = 0.1,
+                 success_reward: float | None = None, reset_kwargs: dict[str, Any] | None = None,
+                 max_episode_steps: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
+        """
+        Args:
+            url: the server (http://HOST:PORT), or replicas of it: this env takes the next one.
+            history_length: agentrl's servers: render prompts for history lengths 0..this (at least
+                the recipe's ``history_length``); others: the pairs ``{history}`` shows.
+            expert: agentrl's servers: send the expert's next action with every observation
+                (``expert_action``; benchmarks, tests).
+            action_field, action_format, observation_field, prompt_template, invalid_action_penalty,
+            success_reward, reset_kwargs, max_episode_steps: another server's episode rules (module
+                docstring); ignored by agentrl's servers, whose env owns them.
+            timeout_s: the longest one reset or step may take before it counts as failed.
+        """
+        if action_format not in ACTION_FORMATS:
+            raise ValueError(f"action_format must be one of {ACTION_FORMATS}, got {action_format!r}")
+        if history_length < 0 or (max_episode_steps is not None and max_episode_steps < 1) or timeout_s <= 0:
+            raise ValueError("history_length must be >= 0, max_episode_steps >= 1 and timeout_s > 0")
+        url = url if isinstance(url, str) else url[next(_REPLICA) % len(url)]
+        self.url, self.history_length, self.expert, self.timeout_s = _url(url), int(history_length), expert, timeout_s
+        self.action_format, self.observation_field = action_format, observation_field
+        self.prompt_template, self.invalid_action_penalty = prompt_template, float(invalid_action_penalty)
+        self.success_reward, self.reset_kwargs = success_reward, dict(reset_kwargs or {})
+        self.max_episode_steps = max_episode_steps
+        self.observation_space = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=PRINTABLE)
+        self.action_space = spaces.Text(max_length=MAX_ACTION, min_length=0, charset=PRINTABLE)
+        info = _cached_server_info(self.url)
+        self.agentrl, self.server_env_id = info["agentrl"], info["state"].get("env_id")
+        self.action_field = action_field if self.agentrl else _action_field(info["schema"], action_field)
+        self._client = None
+        self._t = 0
+        self._obs, self._fields, self._info = "", {}, {}
+        self._history_obs = ""
+        """The observation the last step was taken from (its history entry's first half)."""
+        self._history: list[tuple[str, str]] = []
+        self._prompts: list[str] = []
+        self._turn: str | None = None
+        self._prompt_error: str | None = None
+        self._turn_error: str | None = None
+        self._expert: str | None = None
+
+    # --- gymnasium -----------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        if self.agentrl:
+            data = {"seed": seed, "options": options, "history_length": self.history_length, "expert": self.expert}
+        else:
+            data = {"seed": seed, **({"options": options} if options else {}), **self.reset_kwargs}
+        payload = self._call("reset", data)
+        self._t, self._history = 0, []
+        return self._take(payload)[0], self._info
+
+    def step(self, response: str):
+        response = response if isinstance(response, str) else str(response)
+        if self.agentrl:
+            payload = self._call("step", {"text": response})
+            obs, reward, terminated, truncated = self._take(payload)
+        else:
+            obs, reward, terminated, truncated = self._foreign_step(response)
+        self._history.append((self._history_obs, history_entry(self._info, response)))
+        self._t += 1
+        return obs, reward, terminated, truncated, self._info
+
+    def close(self):
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                _Loop.run(client.close(), 10)
+            except Exception:  # closing is best effort: the server drops a vanished session itself
+                pass
+
+    def render(self):
+        return self._obs
+
+    # --- what agentrl's prompt builders and benchmarks ask ------------------------------------------------
+    def prompt(self, obs: str, info: dict[str, Any], history: list[tuple[str, str]], step: int,
+               history_length: int | None = None) -> str:
+        """The user message for the current turn: the server's rendering (agentrl's servers) or
+        ``prompt_template`` over the observation. Asking for another turn, or another history
+        than the one this session played, is refused: the server renders only its own episode."""
+        h = self.history_length if history_length is None else history_length
+        if step != self._t or obs != self._obs:
+            raise ValueError(f"prompt for step {step}: this session is at step {self._t}")
+        recent = [tuple(p) for p in history]
+        if step > 0 and recent != self._history[len(self._history) - len(recent):]:
+            raise ValueError("prompt for a history this session did not play")
+        if not self.agentrl:
+            return self._template_prompt(h)
+        if self._prompt_error:
+            raise _remote_error(self._prompt_error)
+        if h >= len(self._prompts):
+            raise ValueError(f"the server rendered prompts for history lengths 0..{len(self._prompts) - 1}, "
+                             f"asked for {h}: set env_kwargs history_length to at least {h}")
+        return self._prompts[h]
+
+    def turn_prompt(self, obs: str, info: dict[str, Any], step: int) -> str:
+        """A later user message of a growing conversation (trajectory mode)."""
+        if step != self._t:
+            raise ValueError(f"turn message for step {step}: this session is at step {self._t}")
+        if not self.agentrl:
+            return f"Observation: {obs}"
+        if self._turn_error:
+            raise _remote_error(self._turn_error)
+        return self._turn
+
+    def expert_action(self) -> str | None:
+        """The expert's next action, as the server's env gives it (asked with ``expert=True``)."""
+        if not (self.agentrl and self.expert):
+            raise NotImplementedError("an expert is sent only by agentrl's servers, asked with expert=True")
+        return self._expert
+
+    # --- machinery -----------------------------------------------------------------------------
+    def _call(self, kind: str, data: dict) -> dict:
+        """One reset or step over this env's session; a lost connection is dropped (the next
+        reset opens another), a server error keeps it (the server went on). A full server at a
+        reset is asked again for a few seconds: a session just closed may not be gone yet."""
+        for attempt in range(CAPACITY_RETRIES + 1):
+            try:
+                return self._call_once(kind, data)
+            except RuntimeError as e:
+                if kind != "reset" or "CAPACITY_REACHED" not in str(e) or attempt == CAPACITY_RETRIES:
+                    raise
+                self.close()
+                time.sleep(0.25 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _call_once(self, kind: str, data: dict) -> dict:
+        if self._client is None:
+            self._client = _client_class()(base_url=self.url, message_timeout_s=self.timeout_s)
+        client = self._client
+        coro = client.reset(**data) if kind == "reset" else client.step(data)
+        try:
+            result = _Loop.run(coro, self.timeout_s + 5)
+        except RuntimeError as e:
+            if str(e).startswith("Server error"):
+                if "CAPACITY_REACHED" in str(e):
+                    self.close()  # the server closed this connection
+                raise RuntimeError(f"{kind}: {e}") from None
+            self.close()
+            raise
+        except Exception:
+            self.close()
+            raise
+        return {"observation": result.observation, "reward": result.reward, "done": result.done}
+
+    def _take(self, payload: dict) -> tuple[str, float, bool, bool]:
+        """Keep a server observation; (obs, reward, terminated, truncated)."""
+        o = payload["observation"]
+        self._history_obs = self._obs
+        if self.agentrl:
+            self._obs, self._info = o["text"], o["info"]
+            self._prompts, self._turn = list(o.get("prompts") or []), o.get("turn_message")
+            self._prompt_error, self._turn_error = o.get("prompt_error"), o.get("turn_error")
+            self._expert = o.get("expert")
+            return self._obs, float(payload["reward"] or 0.0), bool(o["terminated"]), bool(o["truncated"])
+        self._fields = {k: v for k, v in o.items() if k not in _OWN_FIELDS}
+        self._obs = _observation_text(self._fields, self.observation_field)
+        reward, done = float(payload["reward"] or 0.0), bool(payload["done"])
+        won = done and self.success_reward is not None and reward >= self.success_reward
+        self._info = {"task_family": "openenv", "won": won, "action_valid": True, "action": None}
+        return self._obs, reward, done, False
+
+    def _foreign_step(self, response: str) -> tuple[str, float, bool, bool]:
+        text = response if self.action_format == "raw" else parse_action(response)
+        if text is None:  # no <action>: not sent; the env's state is unchanged
+            self._history_obs = self._obs
+            self._info = {"task_family": "openenv", "won": False, "action_valid": False, "action": None,
+                          "penalty": self.invalid_action_penalty}
+            obs, reward, terminated = self._obs, -self.invalid_action_penalty, False
+        else:
+            obs, reward, terminated, _ = self._take(self._call("step", {self.action_field: text}))
+            self._info.update(action=clip(text, MAX_ACTION), penalty=0.0)
+        truncated = (not terminated and self.max_episode_steps is not None
+                     and self._t + 1 >= self.max_episode_steps)
+        return obs, reward, terminated, truncated
+
+    def _template_prompt(self, h: int) -> str:
+        recent = self._history[-h:] if h > 0 and self._t > 0 else []
+        history = "".join(f"Observation: {o}\nAction: {a}\n" for o, a in recent)
+        default = ("{history}Observation: {observation}\n" + (
+            "Reply with your next command inside <action>...</action>." if self.action_format == "action_tag"
+            else "Reply with your next action."))
+        values = {**self._fields, "observation": self._obs, "history": history, "step": self._t}
+        try:
+            return (self.prompt_template or default).format(**values)
+        except (KeyError, IndexError) as e:
+            raise ValueError(f"prompt_template names {e}, which this observation lacks; "
+                             f"valid: {', '.join(sorted(values))}") from None
+
+
+def _remote_error(text: str) -> Exception:
+    """The server's ``"Type: message"`` as that exception where it is a builtin one (so an
+    episode's error reads as it would in-process), else as a RuntimeError."""
+    import builtins
+
+    name, _, message = text.partition(": ")
+    cls = getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        return cls(message)
+    return RuntimeError(text)
+
+
+def _action_field(schema: dict, given: str | None) -> str:
+    """The action field the response text goes into: ``given`` (checked), else the action
+    schema's only required string field."""
+    props = schema.get("action", {}).get("properties", {})
+    if given is not None:
+        if given not in props:
+            raise ValueError(f"action_field {given!r} is not a field of the server's action; valid: "
+                             f"{', '.join(sorted(props))}")
+        return given
+    required = schema.get("action", {}).get("required", [])
+    strings = [k for k in required if props.get(k, {}).get("type") == "string"]
+    if len(strings) != 1:
+        raise ValueError(f"cannot tell which action field holds the text (required string fields: {strings}); "
+                         f"set env_kwargs action_field to one of {', '.join(sorted(props))}")
+    return strings[0]
+
+
+def _observation_text(fields: dict[str, Any], field: str | None) -> str:
+    """The text of another server's observation: ``field``, or every non-empty field."""
+    if field is not None:
+        if field not in fields:
+            raise RuntimeError(f"observation_field {field!r} is not in the observation; has: {', '.join(fields)}")
+        value = fields[field]
+        return value if isinstance(value, str) else json.dumps(value)
+    shown = {k: v for k, v in fields.items() if v not in (None, "", [], {})}
+    if len(shown) == 1 and isinstance(next(iter(shown.values())), str):
+        return next(iter(shown.values()))
+    return "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in shown.items())
+
+
+__all__ = ["ACTION_FORMATS", "OpenEnvTextEnv", "openenv_spec", "register_openenv", "registered_names",
+           "resolve", "server_info"]
