@@ -1,0 +1,118 @@
+"""``agentrl bench async``: synchronous vs asynchronous rollouts on the demo's task, same cores.
+
+    agentrl bench async --steps 12 --staleness 1,2
+    agentrl bench async --warm runs/demo/sft --goals runs/arena/warm/practised.json
+
+The demo's RL phase (``recipes/demo_tiny.yaml``: TextCraft depth-2 goals, the tiny model
+warm-started on expert trajectories, 4 goals x 8 rollouts per step, GiGPO) runs ``--steps``
+optimizer steps, each in a fresh process:
+
+* ``sync`` with ``OMP_NUM_THREADS`` = 1 and = 2 (both cores for the one loop; the better of the
+  two is the baseline: on this machine tiny models often run faster on one thread);
+* ``async`` at each ``--staleness`` k, the trainer on one thread and its producer process on the
+  other (``async_producer_threads: 1``).
+
+Per run it prints the median seconds per step after the first (TRL's ``step_time``; for async the
+learner's wait for its batch is inside it), steps per hour, the learner's idle share (its wait
+over the step), the producer's idle share (waiting for weights over its time), the staleness of
+the trained episodes, and the rollout-correction figures when the run logged any. The warm start
+is built once (``agentrl.demo --warm-only --quick``) unless ``--warm`` names one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "demo_tiny.yaml"
+
+
+def _warm(out: Path) -> tuple[Path, list[int]]:
+    """The demo's quick warm start and practised goals, built once into ``out``."""
+    if not (out / "practised.json").is_file():
+        subprocess.run([sys.executable, "-m", "agentrl.demo", "--warm-only", "--quick", "--out", str(out)], check=True,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
+    return out / "sft", json.loads((out / "practised.json").read_text())["goals"]
+
+
+def run_one(name: str, sft: Path, goals: list[int], steps: int, threads: int, extra: list[str],
+            work: Path) -> dict:
+    """One training run of ``steps`` steps; its per-step figures from metrics.jsonl."""
+    out = work / name
+    argv = [sys.executable, "-m", "agentrl.train", str(RECIPE), "--model_name_or_path", str(sft),
+            "--output_dir", str(out), "--max_steps", str(steps), "--save_strategy", "no", "--save_rollouts", "false",
+            "--overwrite_output_dir", "true", "--task_seeds", *map(str, goals), *extra]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), WANDB_MODE="offline", HF_HUB_OFFLINE="1")
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"{name}: agentrl.train exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rows = [x for x in rows if "step_time" in x]
+    timed = rows[1:] or rows  # the first step pays the imports and the producer's start
+    step = statistics.median(x["step_time"] for x in timed)
+    res = {"run": name, "threads": threads, "step_s": step, "steps_per_hour": 3600.0 / step,
+           "success": statistics.mean(x.get("env/success", 0.0) for x in rows)}
+    if any("time/learner_wait_s" in x for x in timed):
+        res["learner_idle"] = statistics.mean(x["time/learner_wait_s"] / x["step_time"] for x in timed)
+        res["producer_idle"] = statistics.mean(x["time/producer_idle_frac"] for x in timed)
+        res["staleness"] = dict(sorted(Counter(int(x["async/staleness_max"]) for x in rows).items()))
+    for k in ("correction/mismatch_k3", "correction/ess", "correction/masked_frac", "correction/truncated_frac"):
+        vals = [x[k] for x in rows if k in x]
+        if vals:
+            res[k] = statistics.mean(vals)
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="agentrl bench async", description=__doc__.splitlines()[0].strip('`"'))
+    ap.add_argument("--steps", type=int, default=12, help="optimizer steps per run (default 12; the first is not timed)")
+    ap.add_argument("--staleness", default="1,2", help="the max_staleness values of the async runs (default 1,2)")
+    ap.add_argument("--sync-threads", default="1,2", help="OMP_NUM_THREADS of the sync runs (default 1,2)")
+    ap.add_argument("--warm", default=None, help="a warm start folder (default: built once with agentrl.demo "
+                                                 "--warm-only --quick into --work)")
+    ap.add_argument("--goals", default=None, help="a practised.json whose goals the runs practise (with --warm)")
+    ap.add_argument("--work", default=None, help="where runs go (default: a temporary folder)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    a = ap.parse_args(argv)
+    work = Path(a.work or tempfile.mkdtemp(prefix="agentrl_bench_async_"))
+    work.mkdir(parents=True, exist_ok=True)
+    if a.warm:
+        sft = Path(a.warm)
+        goals = json.loads(Path(a.goals).read_text())["goals"] if a.goals else list(range(4))
+    else:
+        sft, goals = _warm(work / "warm")
+    results = [run_one(f"sync_t{t}", sft, goals, a.steps, int(t), [], work) for t in a.sync_threads.split(",")]
+    for k in a.staleness.split(","):
+        results.append(run_one(f"async_k{k}", sft, goals, a.steps, 1,
+                               ["--rollout_mode", "async", "--max_staleness", k, "--async_producer_threads", "1"],
+                               work))
+    base = min((r for r in results if r["run"].startswith("sync")), key=lambda r: r["step_s"])
+    for r in results:
+        r["speedup_vs_best_sync"] = base["step_s"] / r["step_s"]
+    if a.json:
+        print(json.dumps(results, indent=1))
+        return 0
+    print(f"{'run':<10} {'thr':>3} {'s/step':>7} {'steps/h':>8} {'x best sync':>11} {'learner idle':>12} "
+          f"{'producer idle':>13}  staleness")
+    for r in results:
+        idle = (f"{r['learner_idle']:>12.2f} {r['producer_idle']:>13.2f}  {r['staleness']}" if "learner_idle" in r
+                else f"{'-':>12} {'-':>13}  -")
+        print(f"{r['run']:<10} {r['threads']:>3} {r['step_s']:>7.2f} {r['steps_per_hour']:>8.0f} "
+              f"{r['speedup_vs_best_sync']:>11.2f} {idle}")
+    for r in results:
+        corr = {k.split("/")[1]: round(v, 4) for k, v in r.items() if k.startswith("correction/")}
+        if corr:
+            print(f"{r['run']}: rollout correction {corr}")
+    print(f"({a.steps} steps per run, medians after the first; {len(goals)} practised goals; runs in {work})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
