@@ -251,6 +251,8 @@ class DemoSettings:
     """Reuse this SFT checkpoint instead of building and warm-starting a model."""
     practised_goals: int | None = None
     """How many goals the RL phase practises (chosen by ``choose_goals``)."""
+    staleness: int | None = None
+    """RL with asynchronous rollouts at this ``max_staleness`` (None: synchronous)."""
 
 
 def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path:
@@ -299,6 +301,8 @@ def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: i
     return [str(RECIPES / design["recipe"]), "--model_name_or_path", str(sft_dir), "--output_dir", str(rl_dir),
             "--max_steps", str(steps), "--save_steps", str(save_steps), "--seed", str(s.seed),
             *(["--task_seeds", *map(str, goals)] if goals else []),  # the practised goals
+            *(["--rollout_mode", "async", "--max_staleness", str(s.staleness), "--async_producer_threads", "1"]
+              if s.staleness is not None else []),
             "--overwrite_output_dir", "true"]  # a rerun of the demo starts its RL phase afresh
 
 
@@ -337,8 +341,9 @@ def _train_curve(rl_dir: Path, steps: int) -> list[tuple[int, float]]:
 
 
 def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0,
-        rl_steps: int | None = None, warm: Path | None = None, practised_goals: int | None = None) -> dict[str, Any]:
-    s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm, practised_goals)
+        rl_steps: int | None = None, warm: Path | None = None, practised_goals: int | None = None,
+        staleness: int | None = None) -> dict[str, Any]:
+    s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm, practised_goals, staleness)
     design = DESIGNS[design_name]
     # Tiny models run far faster on 1 thread than 2 on a loaded 2-core machine, 135M ones the
     # other way round (measured); the design decides, AGENTRL_DEMO_THREADS overrides.
@@ -399,7 +404,8 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
                before["heldout"]["episodes"], seed)
     timings["total_s"] = time.time() - t_start
 
-    summary: dict[str, Any] = {"design": design_name, "seed": seed, "quick": quick, "practised_goals": goals,
+    summary: dict[str, Any] = {"design": design_name, "seed": seed, "quick": quick, "async_staleness": staleness,
+                               "practised_goals": goals,
                                "selection": selection}
     for name in sets:
         gain, se = paired_gain(before[name]["wins"], after[name]["wins"])
@@ -465,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--practised-goals", type=int, default=None,
                    help="how many goals the RL phase practises (chosen for the warm start; default: the design's)")
     p.add_argument("--warm-start", default=None, help="reuse this SFT checkpoint (skip the model build and SFT)")
+    p.add_argument("--async", dest="staleness", type=int, default=None, metavar="K",
+                   help="RL with asynchronous rollouts at max_staleness K (a producer process on the second core)")
     p.add_argument("--warm-only", action="store_true",
                    help="build the model, its SFT warm start and its practised goals only (OUT/sft, "
                         "OUT/practised.json), e.g. for `agentrl arena --practised`")
@@ -492,7 +500,11 @@ def main(argv: list[str] | None = None) -> int:
     quiet_wandb_banner()
     if args.warm_only:
         return _warm_only(Path(args.out), args.design, args.quick, args.seed)
-    s = run(Path(args.out), args.design, args.quick, args.seed, args.rl_steps, warm, args.practised_goals)
+    if args.staleness is not None and args.staleness < 0:
+        print("agentrl demo: --async must be >= 0", file=sys.stderr)
+        return 2
+    s = run(Path(args.out), args.design, args.quick, args.seed, args.rl_steps, warm, args.practised_goals,
+            args.staleness)
     print(report_line(s))
     return 0
 
