@@ -71,6 +71,9 @@ class LossBatch:
     """Reference-model log-probs (needed when ``beta`` > 0)."""
     entropy: torch.Tensor | None = None
     """Per-token entropy of the policy (metrics only)."""
+    behaviour_logps: torch.Tensor | None = None
+    """The sampler's own log-probs of the tokens it drew (NaN where it could not score one); None:
+    no rollout correction."""
 
 
 @dataclass(frozen=True)

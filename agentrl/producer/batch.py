@@ -44,6 +44,11 @@ class RolloutBatch:
     version: int
     """The policy version (optimizer steps applied) whose weights played them."""
     times: RolloutTimes = field(default_factory=RolloutTimes)
+    sampler_differs: bool = False
+    """Whether the distribution the tokens were drawn from can differ from the learner's (vLLM,
+    ``sampler_dtype``; an asynchronous source's older weights: set it whenever ``version`` may lag
+    the learner): the learner then corrects with the episodes' behaviour log-probs
+    (``agentrl.trainer.update.corrects``). False: the sampler is the learner."""
 
 
 class RolloutSource(Protocol):

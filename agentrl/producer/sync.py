@@ -49,7 +49,8 @@ class SyncSource:
         times = p.times(time.perf_counter() - t0)
         shape_rewards(episodes, self.valid_action_reward)
         self.algorithm.shape_rewards(episodes)
-        return RolloutBatch(episodes=episodes, version=step, times=times)
+        return RolloutBatch(episodes=episodes, version=step, times=times,
+                            sampler_differs=p.generation.differs_from_learner)
 
     def close(self) -> None:
         self.player.close()

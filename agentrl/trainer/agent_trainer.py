@@ -53,11 +53,13 @@ from agentrl.trainer.guard import HeldScheduler, NonFiniteGuard, nonfinite_grads
 from agentrl.trainer.logprobs import completion_logps
 from agentrl.trainer.tasks import EpochTaskOrder, _check_fingerprint_layer, build_task_dataset, env_reward
 from agentrl.trainer.update import (
+    corrects,
     cudnn_attention,
     log_loss_metrics,
     loss_settings,
     ref_logps_of,
     reference_logps,
+    sampler_dtype,
 )
 
 
@@ -99,9 +101,12 @@ class AgentGRPOTrainer(GRPOTrainer):
         self.timings: dict[str, float] = {}
         """Seconds of the parts of the current optimizer step (``time/*``)."""
         self.need_fingerprint = "fingerprint" in credit_needs
-        # Sampling logprobs of env tokens do not exist; TRL's vLLM IS correction would index a
-        # ratio we do not build. Off until per-turn vLLM logprobs are threaded through.
+        # TRL's own vLLM IS ratio is never built: the rollout correction is ours, inside the loss, from
+        # the behaviour log-probs the episodes carry (``agentrl.trainer.update.corrects``).
         self.vllm_importance_sampling_correction = False
+        self.correcting = False
+        """Whether the current rollout's micro-batches carry the sampler's log-probs into the loss
+        (the rollout correction acts: ``agentrl.trainer.update.corrects``)."""
         self.last_rollout: dict[str, Any] | None = None
         """The latest iteration's global records, advantages and this rank's rows (for tests/tools)."""
         self._micro_batches: list[dict[str, Any]] | None = None
@@ -133,7 +138,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             engine=engine, vllm=getattr(self, "vllm_generation", None),
             cb_config=getattr(self, "continuous_batching_config", None),
             cb_dtype=torch.bfloat16 if a.bf16 else torch.float16 if a.fp16 else None,
-            cb_lm_head_fp32=bool(a.cast_lm_head_to_fp32),
+            cb_lm_head_fp32=bool(a.cast_lm_head_to_fp32), sampler_dtype=sampler_dtype(a.sampler_dtype),
             fingerprint_layer=a.fingerprint_layer if self.need_fingerprint else None)
         generation = PolicyGeneration(setup, version=lambda: self.state.global_step)
         return Player(a, generation, self.processing_class, Ranks.of(self.accelerator), score=self.completion_logps,
@@ -155,6 +160,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         batch = self.source.next(inputs, self.state.global_step, training=self.model.training)
         episodes = batch.episodes
+        self.correcting = corrects(self, batch)
         credited = self._gather_and_credit(episodes)
         t0 = time.perf_counter()
         rows, counts = self.runner.rows(episodes, credited, mode)
@@ -313,6 +319,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         out = self.runner.micro_batches(batch, mode)
         t1 = time.perf_counter()
         for mb in out:
+            if not self.correcting:  # the sampler is the learner: no correction, no extra forward
+                mb.pop("behaviour_logps", None)
             mb.update(reference_logps(self, mb))
         self.timings["rows_s"] = self.timings.get("rows_s", 0.0) + t1 - t0
         self.timings["logps_s"] = self.timings.get("logps_s", 0.0) + time.perf_counter() - t1
@@ -327,7 +335,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         logps, entropy = completion_logps(model, inputs, self.accelerator.autocast, entropy=True)
         batch = LossBatch(logps=logps, advantages=inputs["advantages"], mask=inputs["loss_mask"].float(),
-                          old_logps=inputs.get("old_logps"), ref_logps=inputs.get("ref_logps"), entropy=entropy)
+                          old_logps=inputs.get("old_logps"), ref_logps=inputs.get("ref_logps"), entropy=entropy,
+                          behaviour_logps=inputs.get("behaviour_logps"))
         out, bad = losses.compute(self.loss_name, batch, loss_settings(self, inputs, mode, self.loss_options))
         self.last_loss = out
         log_loss_metrics(self, out, mode)
