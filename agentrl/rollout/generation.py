@@ -21,6 +21,7 @@ L+1 blocks under no_grad (no LM head, no logits).
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Iterator
 
@@ -155,7 +156,14 @@ def sample_with_logprobs(model, **generate_kwargs) -> tuple[torch.Tensor, torch.
     """``model.generate(**generate_kwargs)`` -> (new tokens (B, n), their log-probs (B, n) float32)
     under the distribution each was drawn from (module docstring). Rows that ended early are padded
     by ``generate``; their log-probs there mean nothing (callers cut both after the first EOS)."""
-    out = model.generate(**generate_kwargs, output_scores=True, return_dict_in_generate=True)
+    cfg = generate_kwargs.pop("generation_config", None)
+    if cfg is None:
+        generate_kwargs.update(output_scores=True, return_dict_in_generate=True)
+    else:  # on a copy: transformers refuses generation settings beside a generation_config
+        cfg = copy.deepcopy(cfg)
+        cfg.output_scores = cfg.return_dict_in_generate = True
+        generate_kwargs["generation_config"] = cfg
+    out = model.generate(**generate_kwargs)
     new = out.sequences[:, out.sequences.shape[1] - len(out.scores):]
     logps = torch.empty(new.shape, dtype=torch.float32, device=new.device)
     for k, scores in enumerate(out.scores):
