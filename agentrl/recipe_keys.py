@@ -171,6 +171,14 @@ class AgentKeys:
     algorithm_kwargs: dict | str | None = knob(None, "The algorithm's own kwargs (mapping or JSON), checked against "
                                                "its declared params (collab: collab, policies, role_schedule, "
                                                "role_block_steps, models, rating_template).", UPDATE, json_value=True, identity=True)
+    loss_kwargs: dict | str | None = knob(None, "The policy loss's own settings (mapping or JSON), checked against "
+                                          "the params its loss_type declares (agentrl.losses); a param that is also "
+                                          "a TRL key (sapo_temperature_pos, vespo_k_pos, ...) is set there instead.",
+                                          UPDATE, json_value=True)
+    rollout_correction_veto: float | None = knob(None, "Rollout correction: a row with any token whose ratio "
+                                                 "trainer / sampler is below this gets weight 0 (verl's veto; "
+                                                 "None: no veto). Acts with vllm_importance_sampling_correction.",
+                                                 UPDATE, lambda v: v is None or 0 < v < 1, "in (0, 1) or null")
     nonfinite_max_consecutive: int = knob(3, "An optimizer step whose loss or gradient holds NaN/inf is skipped "
                                           "(no update, schedule held, counted as train/nonfinite_steps); this many "
                                           "skips in a row stop the run with one line and exit 2 (0: never stop).",
@@ -221,8 +229,23 @@ TRL_KEYS: dict[str, TrlKey] = {
                                     check=optional_at_least(1), want=">= 1 (tokens per action)", episode=True),
     "beta": TrlKey(TRL_OPT, "Weight of the KL term to the reference model (0: no reference model).", 0.0,
                    check=at_least(0), want=">= 0"),
-    "loss_type": TrlKey(UPDATE, "The policy loss of the GRPO family (agentrl.losses): dapo, bnpo, grpo, dr_grpo "
-                        "(an algorithm may bring its own).", "dapo"),
+    "loss_type": TrlKey(UPDATE, "The policy loss (agentrl.losses): TRL's dapo, bnpo, grpo, dr_grpo, luspo, cispo, "
+                        "sapo, vespo, or any 'surrogate+reduction' (e.g. cispo+seq_mean_token_mean); an algorithm "
+                        "may bring its own.", "dapo"),
+    "vllm_importance_sampling_correction": TrlKey(UPDATE, "Rollout correction: weight each token's policy loss by "
+                                                  "trainer / sampler probability where the sampler's log-probs "
+                                                  "reach the loss (vLLM, an asynchronous producer).", True),
+    "vllm_importance_sampling_mode": TrlKey(UPDATE, "The rollout correction's ratio and treatment: token_truncate, "
+                                            "token_mask, sequence_truncate, sequence_mask (TRL's), "
+                                            "geometric_truncate, geometric_mask (the row's mean log-ratio), none.",
+                                            "sequence_mask"),
+    "vllm_importance_sampling_clip_max": TrlKey(UPDATE, "Upper bound C_max of the correction's ratio (truncate: "
+                                                "clamped to it; mask: weight 0 above it; null: none).", 3.0,
+                                                check=lambda v: v is None or v >= 1, want=">= 1 or null (an "
+                                                "on-policy ratio of 1 keeps its weight)"),
+    "vllm_importance_sampling_clip_min": TrlKey(UPDATE, "Lower bound C_min of the correction's ratio (null: none).",
+                                                None, check=lambda v: v is None or 0 <= v <= 1,
+                                                want="in [0, 1] or null (an on-policy ratio of 1 keeps its weight)"),
     "lr_scheduler_type": TrlKey(TRL_OPT, "Learning-rate schedule.", "linear"),
     "warmup_steps": TrlKey(TRL_OPT, "Warm-up steps of the schedule.", 0),
     "seed": TrlKey(TRL_OPT, "Seed of the run (data order, sampling, row sampling).", 42),

@@ -49,6 +49,25 @@ def _check(argv, capsys):
     (dict(task_seeds=[]), [], "task_seeds must be a non-empty list"),
     (dict(task_seeds=[1, -2]), [], "task_seeds must be a non-empty list"),
     (dict(task_seeds=[1, 2.5]), [], "task_seeds must be a non-empty list"),
+    # the policy loss and the rollout correction
+    (dict(loss_type="ppo"), [], "loss_type 'ppo': unknown policy loss 'ppo'; registered: bnpo, cispo"),
+    (dict(loss_type="clip+token_sum"), [], "unknown reduction 'token_sum'; registered: seq_mean_token_mean"),
+    (dict(loss_kwargs={"tau": 1.0}), [], "loss_type 'dapo' has no kwarg 'tau' (its kwargs: none)"),
+    (dict(loss_type="sapo", sapo_temperature_neg=0.0), [], "kwarg sapo_temperature_neg=0.0 must be >= 1e-06"),
+    (dict(loss_type="sapo", loss_kwargs={"sapo_temperature_pos": 2.0}), [],
+     "loss_kwargs: sapo_temperature_pos is a recipe key of its own"),
+    (dict(vllm_importance_sampling_mode="token"), [],
+     "vllm_importance_sampling_mode must be one of geometric_mask, geometric_truncate, none, sequence_mask"),
+    (dict(vllm_importance_sampling_clip_max=0.5), [], "vllm_importance_sampling_clip_max must be >= 1 or null"),
+    (dict(vllm_importance_sampling_clip_min=-0.1), [], "vllm_importance_sampling_clip_min must be in [0, 1] or null"),
+    (dict(vllm_importance_sampling_clip_min=1.0, vllm_importance_sampling_clip_max=1.0), [],
+     "vllm_importance_sampling_clip_min (1.0) must be less than vllm_importance_sampling_clip_max (1.0)"),
+    (dict(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=None), [],
+     "At least one of `vllm_importance_sampling_clip_min` or `vllm_importance_sampling_clip_max`"),
+    (dict(loss_type="vespo", use_vllm=True), [], "loss_type vespo under vLLM needs vllm_importance_sampling_mode "
+     "token_truncate or token_mask (TRL's rule), got 'sequence_mask'"),
+    (dict(rollout_correction_veto=1.5), [], "rollout_correction_veto must be in (0, 1) or null, got 1.5"),
+    (dict(rollout_correction_veto=0), [], "rollout_correction_veto must be in (0, 1) or null, got 0"),
 ])
 def test_value_checks_one_line_exit_2(tmp_path, capsys, kw, extra, needle):
     rc, err = _check([_recipe(tmp_path, **kw), *extra], capsys)

@@ -14,9 +14,10 @@
    the branch step (``inherit_prefix_rewards``); the ``appo`` estimator gives the records their
    group-relative outcomes and ``token_advantages`` maps them onto each initial rollout's tokens
    (Eq. 6) over the gathered records of all ranks. Branches have no rows (their context gives none).
-3. ``loss``: the registered policy loss ``appo``: Eq. 7's future-aware weight A~ = A (1 + b f) on
-   each micro-batch, from the loss's own detached log-probs, then the recipe's ``loss_type`` form
-   of the clipped surrogate on A~ (with b = 0 the ``loss_type`` loss itself).
+3. ``loss``: the registered surrogate ``appo``: Eq. 7's future-aware weight A~ = A (1 + b f) on
+   each micro-batch, from the loss's own detached log-probs, then the clipped surrogate on A~,
+   composed with the reduction of the recipe's ``loss_type`` (``appo+token_mean`` for dapo; with
+   b = 0 the ``loss_type`` loss itself).
 
 Omega's rollout-time baseline (``omega_baseline``): Eq. 4's pi_theta / pi_old is 1 for rollouts
 just sampled. Default ``"ref"``: log rho = log pi_theta - log pi_ref (the reference log-probs the
@@ -34,15 +35,25 @@ over the initial rollouts only. A prompt's group may straddle ranks: the per-pro
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import torch
 
 from agentrl.algorithms import appo_branch_points as S
 from agentrl.algorithms.base import Advantages, Algorithm, register_algorithm
 from agentrl.credit import appo as appo_credit
 from agentrl.credit.registry import resolve
-from agentrl.losses import LossBatch, LossOutput, LossSettings, get_policy_loss, register_policy_loss
+from agentrl.losses import (
+    LossBatch,
+    LossOutput,
+    LossSettings,
+    compose,
+    get_surrogate,
+    policy_loss,
+    register_surrogate,
+)
 from agentrl.recipe_file import RecipeError
 from agentrl.rollout.branching import BranchContext, branch_task
 from agentrl.rollout.contexts import TrajectoryTokens
@@ -182,6 +193,19 @@ class Appo(Algorithm):
         if kw["b"] and getattr(cfg, "use_liger_kernel", False):
             raise RecipeError("credit appo's future-aware term (b > 0) needs TRL's own loss: "
                               "set use_liger_kernel: false")
+        if kw["b"]:
+            self._check_loss_type(cfg.loss_type)
+
+    @staticmethod
+    def _check_loss_type(loss_type: str) -> None:
+        """Eq. 7 reweights the clipped surrogate: the ``loss_type`` must be one (its reduction is kept)."""
+        try:
+            surrogate = policy_loss(loss_type).surrogate
+        except KeyError:
+            return  # validate_loss names the unknown loss_type
+        if surrogate != "clip":
+            raise RecipeError(f"credit appo's future-aware term (b > 0) reweights the clipped surrogate; loss_type "
+                              f"{loss_type!r} has surrogate {surrogate!r}: use dapo, bnpo, grpo, dr_grpo or luspo")
 
     def bind(self, player, learner) -> None:
         self._tokenizer = player.tokenizer
@@ -264,10 +288,11 @@ class Appo(Algorithm):
 
     # ------------------------------------------------------------------ loss
     def loss(self, config) -> tuple[str, dict[str, Any]]:
-        """``appo`` (Eq. 7 on the recipe's ``loss_type``), or with b = 0 the ``loss_type`` loss."""
+        """Eq. 7's surrogate with the reduction of the recipe's ``loss_type`` (``appo+token_mean``
+        for dapo), or with b = 0 the ``loss_type`` loss itself."""
         if not self.kwargs.get("b"):
-            return config.loss_type, {}
-        return "appo", {"appo": self.kwargs, "reduction": config.loss_type}
+            return super().loss(config)
+        return compose("appo", policy_loss(config.loss_type).reduction), {"appo": self.kwargs}
 
     # ------------------------------------------------------------------ metrics
     def metric_episodes(self, episodes: list[Episode]) -> list[Episode]:
@@ -277,26 +302,22 @@ class Appo(Algorithm):
         return {k: v for k, v in self._metrics.items() if np.isfinite(v)}
 
 
-@register_policy_loss("appo")
-def future_aware_loss(b: LossBatch, s: LossSettings) -> LossOutput:
-    """APPO's loss (Eq. 7): the advantages reweighted by the future-aware term from the detached
-    log-probs, then the ``reduction`` loss of the GRPO family (``settings.options``: ``appo``, the
-    resolved APPO kwargs; ``reduction``, a registered loss name)."""
-    import torch
-
+@register_surrogate("appo")
+def future_aware_surrogate(b: LossBatch, s: LossSettings, ratio: torch.Tensor) -> tuple[torch.Tensor, LossOutput]:
+    """APPO's surrogate (Eq. 7): the advantages reweighted by the future-aware term from the
+    detached log-probs, then the clipped surrogate on them (``settings.options["appo"]``: the
+    resolved APPO kwargs). Composed with any reduction (``Appo.loss``)."""
     lp = b.logps.detach().cpu().numpy()
     old = lp if b.old_logps is None else b.old_logps.detach().cpu().numpy()
     adv = b.advantages.detach().cpu().numpy()
     mask = b.mask.detach().cpu().numpy().astype(bool)
     new, f = future_aware(adv, lp, old, mask, s.options["appo"])
-    weighted = LossBatch(logps=b.logps, advantages=torch.as_tensor(new, dtype=b.advantages.dtype,
-                                                                   device=b.advantages.device),
-                         mask=b.mask, old_logps=b.old_logps, ref_logps=b.ref_logps, entropy=b.entropy)
-    out = get_policy_loss(s.options["reduction"])(weighted, s)
+    weighted = replace(b, advantages=torch.as_tensor(new, dtype=b.advantages.dtype, device=b.advantages.device))
+    per_token, out = get_surrogate("clip").fn(weighted, s, ratio)
     weight = torch.as_tensor(f, dtype=torch.float32, device=b.mask.device)
     out.means.update({"appo/future_weight_mean": (weight[b.mask.bool()].sum(), b.mask.sum())})
     m = b.mask.bool()
     row_max = torch.where(m, weight, float("-inf")).amax(-1)
     out.extremes["appo/future_weight_max"] = ("max", torch.where(m.any(-1), row_max, float("nan")))
     out.debug = {"advantages": adv, "weight": f, "logps": lp, "old_logps": old, "mask": mask, "weighted": new}
-    return out
+    return per_token, out

@@ -123,8 +123,11 @@ class Algorithm:
         return credit_advantages(self.config.credit, records, {**self.credit_kw, **extra})
 
     def loss(self, config) -> tuple[str, dict[str, Any]]:
-        """The recipe's ``loss_type`` (``agentrl.losses.policy``), no options of its own."""
-        return config.loss_type, {}
+        """The recipe's ``loss_type`` (``agentrl.losses``) with its declared params from the recipe
+        (``loss_kwargs``, or TRL's key of the same name: ``agentrl.losses.loss_options``)."""
+        from agentrl.losses import loss_options
+
+        return config.loss_type, loss_options(config.loss_type, config)
 
     def metric_episodes(self, episodes: list[Episode]) -> list[Episode]:
         return episodes

@@ -98,18 +98,38 @@ _LOSS_UNSUPPORTED = [
 
 
 def validate_loss(cfg: AgentRLConfig) -> None:
-    """The algorithm's policy loss is registered (``agentrl.losses``) and the recipe asks for no
-    TRL loss feature agentrl's losses leave out."""
+    """The algorithm's policy loss is registered (``agentrl.losses``), its params resolve from the
+    recipe (``loss_kwargs``), the rollout correction's mode is registered, and the recipe asks for
+    no TRL loss feature agentrl's losses leave out."""
     from agentrl import algorithms, losses
 
-    name, _ = algorithms.for_config(cfg).loss(cfg)
-    if name not in losses.policy_loss_names():
-        raise RecipeError(f"loss_type {name!r} is not a registered policy loss; registered: "
-                          f"{', '.join(losses.policy_loss_names())}")
+    try:
+        name, _ = algorithms.for_config(cfg).loss(cfg)
+        losses.loss_options(name, cfg)
+    except KeyError as e:
+        raise RecipeError(f"loss_type {cfg.loss_type!r}: {e.args[0]}") from None
+    except ValueError as e:
+        raise RecipeError(first_line(e)) from None
+    validate_correction(cfg)
     for key, used, what in _LOSS_UNSUPPORTED:
         if used(cfg):
             raise RecipeError(f"{key}: {what} is not implemented by agentrl's policy losses; leave {key} at "
                               "its default")
+
+
+def validate_correction(cfg: AgentRLConfig) -> None:
+    """A registered rollout correction mode; under vLLM, VESPO with a per-token mode (TRL's own
+    trainer refuses the others there when it is built)."""
+    from agentrl import losses
+
+    mode = cfg.vllm_importance_sampling_mode
+    if mode not in losses.rollout_correction_names():
+        raise RecipeError(f"vllm_importance_sampling_mode must be one of {', '.join(losses.rollout_correction_names())}, "
+                          f"got {mode!r}")
+    if (cfg.use_vllm and cfg.vllm_importance_sampling_correction and cfg.loss_type == "vespo"
+            and mode not in ("token_truncate", "token_mask")):
+        raise RecipeError(f"loss_type vespo under vLLM needs vllm_importance_sampling_mode token_truncate or token_mask "
+                          f"(TRL's rule), got {mode!r}")
 
 
 def _offline() -> bool:

@@ -290,9 +290,9 @@ class AgentGRPOTrainer(GRPOTrainer):
         return a.gradient_accumulation_steps % a.steps_per_generation == 0 and self.loss_is_split_invariant()
 
     def loss_is_split_invariant(self) -> bool:
-        """Whether the loss ignores how rows are split into micro-batches (no per-micro-batch
-        normaliser: every registered GRPO-family loss but ``bnpo``)."""
-        return self.loss_name != "bnpo"
+        """Whether the loss ignores how rows are split into micro-batches (what it registered with:
+        no per-micro-batch normaliser in its reduction, ``agentrl.losses.is_split_invariant``)."""
+        return losses.is_split_invariant(self.loss_name)
 
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
         """TRL's buffering: one rollout every ``steps_per_generation * num_iterations`` micro-steps,

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from agentrl.losses import LossOutput, LossSettings
+from agentrl.losses import CorrectionSettings, LossOutput, LossSettings
 from agentrl.trainer.logprobs import completion_logps
 
 
@@ -32,7 +32,18 @@ def loss_settings(trainer, mb: dict[str, Any], mode: str, options: dict[str, Any
     return LossSettings(epsilon_low=trainer.epsilon_low, epsilon_high=trainer.epsilon_high, delta=a.delta,
                         beta=trainer.beta, ratio_level=a.importance_sampling_level,
                         kl_bias_correction=bool(a.use_bias_correction_kl), accumulation=accumulation,
-                        tokens=tokens, max_completion_length=int(trainer.max_completion_length), options=options)
+                        tokens=tokens, max_completion_length=int(trainer.max_completion_length),
+                        correction=correction_settings(a), options=options)
+
+
+def correction_settings(a) -> CorrectionSettings:
+    """The recipe's rollout correction (TRL's ``vllm_importance_sampling_*`` keys and
+    ``rollout_correction_veto``); ``vllm_importance_sampling_correction: false`` turns all of it off.
+    It acts on micro-batches that carry the sampler's log-probs (``behaviour_logps``)."""
+    if not a.vllm_importance_sampling_correction:
+        return CorrectionSettings()
+    return CorrectionSettings(mode=a.vllm_importance_sampling_mode, clip_max=a.vllm_importance_sampling_clip_max,
+                              clip_min=a.vllm_importance_sampling_clip_min, veto=a.rollout_correction_veto)
 
 
 def needs_old_logps(trainer, mb: dict[str, Any]) -> bool:

@@ -1,4 +1,4 @@
-"""APPO's registered loss (Eq. 7, ``future_aware_loss`` in agentrl/algorithms/appo.py) through the
+"""APPO's registered surrogate (Eq. 7, ``future_aware_surrogate`` in agentrl/algorithms/appo.py) through the
 trainer's ``_compute_loss`` on a hand-built packed micro-batch: the values worked out here.
 Runtime: ~10 s (a tiny trainer).
 """
@@ -53,7 +53,7 @@ def test_on_policy_loss_is_dapo_with_doubled_advantages(appo_trainer):
     # no old log-probs: pi_old = pi_theta, Delta = 0, f = 1 (high-only), A~ = A (1 + 1 * 1) = 2A.
     # The DAPO loss with ratio 1: -sum(A~ * mask) / num_items = -2 (0.5 + 0.5 - 2 - 2) / 4 = 1.5
     inputs = _batch()
-    assert appo_trainer.loss_name == "appo"
+    assert appo_trainer.loss_name == "appo+token_mean"  # Eq. 7's surrogate, dapo's reduction
     loss = appo_trainer._compute_loss(appo_trainer.model, inputs)
     assert loss.item() == pytest.approx(1.5, abs=1e-5)
     assert torch.equal(inputs["advantages"], _batch()["advantages"])  # the buffered batch is untouched
@@ -111,7 +111,22 @@ def test_b_zero_is_the_plain_loss_type(appo_trainer):
         tr.algorithm.kwargs, tr.loss_name, tr.loss_options = old
 
 
+def test_eq7_composes_with_the_loss_types_reduction(appo_trainer):
+    # loss_type luspo: Eq. 7's surrogate with luspo's reduction (mean over rows of each row's token
+    # sum). On-policy A~ = 2A, ratio 1, per token -A~: row 0 -1 - 1 = -2, row 1 4 + 4 = 8; mean 3
+    tr = appo_trainer
+    old = tr.args.loss_type, tr.loss_name, tr.loss_options
+    tr.args.loss_type = "luspo"
+    tr.loss_name, tr.loss_options = tr.algorithm.loss(tr.args)
+    assert tr.loss_name == "appo+seq_mean_token_sum" and set(tr.loss_options) == {"appo"}
+    try:
+        assert tr._compute_loss(tr.model, _batch()).item() == pytest.approx(3.0, abs=1e-5)
+    finally:
+        tr.args.loss_type, tr.loss_name, tr.loss_options = old
+
+
 @pytest.mark.parametrize("extra, msg", [
+    ({"loss_type": "cispo", "epsilon_high": 5.0}, "reweights the clipped surrogate; loss_type 'cispo' has surrogate"),
     ({"context_mode": "window"}, "credit appo needs context_mode: trajectory"),
     ({"beta": 0.0}, "omega_baseline 'ref' needs a reference model"),
     ({"credit_kwargs": {"budget": -1}}, "kwarg budget=-1 must be in [0, 4096]"),

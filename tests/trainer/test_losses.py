@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from agentrl import losses
-from agentrl.losses import LossBatch, LossSettings
+from agentrl.losses import CorrectionSettings, LossBatch, LossSettings
 
 LN15, LN05 = math.log(1.5), math.log(0.5)
 
@@ -114,11 +114,187 @@ def test_a_non_finite_input_is_named():
 
 
 def test_registry_refuses_a_taken_name_and_names_the_registered():
-    assert {"bnpo", "dapo", "dr_grpo", "grpo"} <= set(losses.policy_loss_names())
+    # the built-in ones (other test modules register plug-ins of their own into the same tables)
+    assert {"bnpo", "cispo", "dapo", "dr_grpo", "grpo", "luspo", "sapo", "vespo"} <= set(losses.policy_loss_names())
+    assert {"cispo", "clip", "sapo", "vespo"} <= set(losses.surrogate_names())
+    assert {"seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_mean",
+            "token_mean_micro"} <= set(losses.reduction_names())
     with pytest.raises(ValueError, match="policy loss 'dapo' is already registered"):
         losses.register_policy_loss("dapo")(lambda b, s: None)
-    with pytest.raises(KeyError, match="unknown policy loss 'cispo'; registered: .*dapo"):
-        losses.get_policy_loss("cispo")
+    with pytest.raises(ValueError, match="surrogate 'clip' is already registered .clipped_surrogate."):
+        losses.register_surrogate("clip")(lambda b, s, r: None)
+    with pytest.raises(ValueError, match="reduction 'token_mean' is already registered"):
+        losses.register_reduction("token_mean")(lambda x, m, s: None)
+    with pytest.raises(KeyError, match="unknown policy loss 'ppo'; registered: bnpo, cispo"):
+        losses.get_policy_loss("ppo")
+    with pytest.raises(KeyError, match="unknown reduction 'token_sum'; registered: seq_mean_token_mean"):
+        losses.get_policy_loss("clip+token_sum")
+
+
+def test_a_loss_type_is_a_surrogate_and_a_reduction():
+    # TRL's names are compositions; any "surrogate+reduction" is one too, and computes the same
+    assert [(losses.policy_loss(n).surrogate, losses.policy_loss(n).reduction) for n in ("dapo", "luspo", "sapo")] == [
+        ("clip", "token_mean"), ("clip", "seq_mean_token_sum"), ("sapo", "seq_mean_token_mean")]
+    assert losses.compose("cispo", "token_mean_micro") == "cispo+token_mean_micro"
+    a, _ = losses.compute("dr_grpo", _batch(), LossSettings(max_completion_length=4))
+    b, _ = losses.compute("clip+seq_mean_token_sum_norm", _batch(), LossSettings(max_completion_length=4))
+    assert a.loss.item() == b.loss.item() == pytest.approx(1.1 / 8, abs=1e-6)
+
+
+def test_split_invariance_is_what_the_reduction_registered_with():
+    import agentrl.algorithms.appo  # noqa: F401  (registers the appo surrogate)
+
+    variant = {n: losses.is_split_invariant(n) for n in ("bnpo", "cispo", "dapo", "dr_grpo", "grpo", "luspo", "sapo",
+                                                         "vespo")}
+    assert variant == {"bnpo": False, "cispo": True, "dapo": True, "dr_grpo": True, "grpo": True, "luspo": True,
+                       "sapo": True, "vespo": True}
+    assert not losses.is_split_invariant("appo+token_mean_micro") and losses.is_split_invariant("appo+token_mean")
+    # a loss registered whole says it itself
+    losses.register_policy_loss("test_micro_mean_whole", split_invariant=False)(lambda b, s: None)
+    assert not losses.is_split_invariant("test_micro_mean_whole")
+
+
+def test_loss_params_come_from_trls_keys_and_loss_kwargs():
+    from types import SimpleNamespace
+
+    # sapo's temperatures are TRL keys: read from the recipe's top level, defaults filled in
+    rec = SimpleNamespace(loss_kwargs={}, sapo_temperature_pos=1.3, sapo_temperature_neg=1.05)
+    assert losses.loss_options("sapo", rec) == {"sapo_temperature_pos": 1.3, "sapo_temperature_neg": 1.05}
+    assert losses.loss_options("dapo", rec) == {}
+    # a param no recipe key holds comes from loss_kwargs (the recipe object lacks vespo's keys here)
+    assert losses.loss_options("vespo", SimpleNamespace(loss_kwargs={"vespo_k_pos": 1}))["vespo_k_pos"] == 1.0
+    with pytest.raises(ValueError, match="loss_kwargs: sapo_temperature_pos is a recipe key of its own"):
+        losses.loss_options("sapo", SimpleNamespace(loss_kwargs={"sapo_temperature_pos": 2.0},
+                                                    sapo_temperature_pos=1.0))
+    with pytest.raises(ValueError, match="loss_type 'dapo' has no kwarg 'tau' .its kwargs: none"):
+        losses.loss_options("dapo", SimpleNamespace(loss_kwargs={"tau": 2.0}))
+    with pytest.raises(ValueError, match=r"loss_type 'sapo': kwarg sapo_temperature_neg=0.0 must be >= 1e-06"):
+        losses.loss_options("sapo", SimpleNamespace(loss_kwargs={}, sapo_temperature_pos=1.0,
+                                                    sapo_temperature_neg=0.0))
+
+
+# ------------------------------------------------------------------ the new loss types by hand
+def test_cispo_by_hand():
+    # ratios 1.5, 0.5 / 1.5 capped at epsilon_high 1.2 (the cap itself): 1.2, 0.5 / 1.2; per token
+    # -w A logp: (0,0) -1.2 * 1 * -1 = 1.2; (0,1) -0.5 * -1 * -2 = -1.0; (1,0) -1.2 * -1 * -1.5 = -1.8
+    # sum -1.6 over 3 tokens; the gradient -w A / 3 reaches every token, the capped ones too
+    b = _batch()
+    out, _ = losses.compute("cispo", b, LossSettings(tokens=3.0, epsilon_high=1.2))
+    assert out.loss.item() == pytest.approx(-1.6 / 3, abs=1e-6)
+    out.loss.backward()
+    assert b.logps.grad.tolist() == [[pytest.approx(-0.4), pytest.approx(0.5 / 3)], [pytest.approx(0.4), 0.0]]
+    s, c = out.means["cispo_clip_ratio"]
+    assert (s / c).item() == pytest.approx(1 / 3)  # (0,0): r 1.5 > 1.2 with A > 0
+
+
+def test_sapo_by_hand():
+    # -sigmoid(tau (r - 1)) 4 / tau A, tau 1 where A > 0, 1.05 elsewhere:
+    #   (0,0) r 1.5, A 1:  -sigmoid(0.5) 4 = -2.489837
+    #   (0,1) r 0.5, A -1: +sigmoid(-0.525) 4 / 1.05 = 1.415938
+    #   (1,0) r 1.5, A -1: +sigmoid(0.525) 4 / 1.05 = 2.393585
+    # row means (-2.489837 + 1.415938) / 2 = -0.536950 and 2.393585; mean 0.928318
+    out, _ = losses.compute("sapo", _batch(), LossSettings())
+    assert out.loss.item() == pytest.approx(0.928318, abs=1e-6)
+    # a temperature from the options: tau_pos 2 changes (0,0) to -sigmoid(1) 2 = -1.462117;
+    # row 0 (-1.462117 + 1.415938) / 2 = -0.023089; mean (-0.023089 + 2.393585) / 2 = 1.185248
+    out, _ = losses.compute("sapo", _batch(), LossSettings(options={"sapo_temperature_pos": 2.0}))
+    assert out.loss.item() == pytest.approx(1.185248, abs=1e-6)
+
+
+def test_luspo_by_hand():
+    # the clipped surrogate per token -1.2, 0.8 / 1.5; row sums -0.4 and 1.5, mean over rows 0.55,
+    # / accumulation 2
+    out, _ = losses.compute("luspo", _batch(), LossSettings(accumulation=2.0))
+    assert out.loss.item() == pytest.approx(0.55 / 2, abs=1e-6)
+
+
+def test_vespo_by_hand():
+    # row ratios w: row 0 1.5 x 0.5 = 0.75, row 1 1.5; phi(w) = exp(lam + k ln w - lam w):
+    #   (0,0) A >= 0, k 2, lam 3: e^3 0.75^2 e^-2.25 = 1.190813
+    #   (0,1) A < 0, k 3, lam 2: e^2 0.75^3 e^-1.5 = 0.695554
+    #   (1,0) A < 0: e^2 1.5^3 e^-3 = 1.241593
+    # per token -phi A logp: 1.190813, -0.695554 * 2 = -1.391109, -1.241593 * 1.5 = -1.862390;
+    # sum -2.062686 over 3 tokens; phi carries no gradient: d/dlogp = -phi A / 3
+    b = _batch()
+    out, _ = losses.compute("vespo", b, LossSettings(tokens=3.0))
+    assert out.loss.item() == pytest.approx(-2.062686 / 3, abs=1e-6)
+    out.loss.backward()
+    assert b.logps.grad[0, 0].item() == pytest.approx(-1.190813 / 3, abs=1e-6)
+    s, c = out.means["vespo/phi_seq_mean"]
+    assert (s / c).item() == pytest.approx((1.190813 + 0.695554 + 1.241593) / 3, abs=1e-6)
+    # VESPO's w is the product of the token ratios whatever the ratio level (GSPO's would be
+    # 0.75^(1/2) on row 0)
+    out, _ = losses.compute("vespo", _batch(), LossSettings(tokens=3.0, ratio_level="sequence"))
+    assert out.loss.item() == pytest.approx(-2.062686 / 3, abs=1e-6)
+    # A = 0 takes the positive pair (k 2, lam 3): (0,0)'s phi stays 1.190813
+    out, _ = losses.compute("vespo", _batch(advantages=torch.tensor([[0.0, -1.0], [-1.0, 1.0]])), LossSettings())
+    s, c = out.means["vespo/phi_seq_mean"]
+    assert (s / c).item() == pytest.approx((1.190813 + 0.695554 + 1.241593) / 3, abs=1e-6)
+
+
+# ------------------------------------------------------------------ the rollout correction in the loss
+def _behaviour(b: LossBatch, ln_ratios) -> torch.Tensor:
+    # behaviour log-probs whose learner / behaviour ratios (learner = the old log-probs) are given
+    return b.old_logps - torch.tensor(ln_ratios)
+
+
+def test_the_correction_multiplies_the_policy_term_not_the_kl():
+    # learner / behaviour per token: 2, 1 / 0.5 (the masked token: anything). sequence_mask with
+    # C_max 1.5: row 0's ratio 2 x 1 = 2 > 1.5 -> weight 0, row 1's 0.5 stays. The clipped
+    # surrogate -1.2, 0.8 / 1.5 becomes 0, 0 / 0.75; the KL term (ref - logp = ln 2 everywhere,
+    # k3 = 1 - ln 2 per token, beta 0.1) is not weighted: (0.75 + 0.1 x 3 x k3) / 3
+    b = _batch()
+    b.behaviour_logps = _behaviour(b, [[math.log(2.0), 0.0], [math.log(0.5), 7.0]])
+    b.ref_logps = b.logps.detach() + math.log(2.0)
+    k3 = 1 - math.log(2.0)
+    corr = CorrectionSettings(mode="sequence_mask", clip_max=1.5)
+    out, bad = losses.compute("dapo", b, LossSettings(tokens=3.0, beta=0.1, correction=corr))
+    assert bad == [] and out.loss.item() == pytest.approx((0.75 + 0.3 * k3) / 3, abs=1e-6)
+    s, c = out.means["correction/masked_frac"]
+    assert (s / c).item() == 0.5  # one row of two
+    # token_truncate (C_max 3): weights 2, 1 / 0.5: -2.4 + 0.8 + 0.75 = -0.85
+    out, _ = losses.compute("dapo", b, LossSettings(tokens=3.0, correction=CorrectionSettings(mode="token_truncate")))
+    assert out.loss.item() == pytest.approx(-0.85 / 3, abs=1e-6)
+
+
+def test_no_correction_without_behaviour_logps_or_with_mode_none():
+    b = _batch()
+    corr = CorrectionSettings(mode="token_mask")
+    out, _ = losses.compute("dapo", b, LossSettings(tokens=3.0, correction=corr))
+    assert out.loss.item() == pytest.approx(1.1 / 3, abs=1e-6) and not any(k.startswith("correction/") for k in out.means)
+    b.behaviour_logps = _behaviour(b, [[5.0, 5.0], [5.0, 5.0]])  # every ratio e^5 > 3
+    out, _ = losses.compute("dapo", b, LossSettings(tokens=3.0))  # mode none
+    assert out.loss.item() == pytest.approx(1.1 / 3, abs=1e-6)
+    out, _ = losses.compute("dapo", b, LossSettings(tokens=3.0, correction=corr))
+    assert out.loss.item() == 0.0 and "correction/mismatch_k3" in out.means
+
+
+def test_on_policy_the_learner_side_is_the_loss_own_logps():
+    # no old log-probs: learner = logps (detached), so behaviour = logps - ln 2 gives ratio 2
+    # everywhere; token_truncate C_max 1.5 -> weight 1.5. On-policy the surrogate is -A per token:
+    # -1 + 1 + 1 = 1, times 1.5
+    b = _batch(old_logps=None)
+    b.behaviour_logps = b.logps.detach() - math.log(2.0)
+    out, _ = losses.compute("dapo", b, LossSettings(tokens=3.0, correction=CorrectionSettings(
+        mode="token_truncate", clip_max=1.5)))
+    assert out.loss.item() == pytest.approx(1.5 / 3, abs=1e-6)
+
+
+def test_vespo_folds_the_correction_into_its_row_weight():
+    # correction weights 2, 1 / 0.5 (token_truncate): row 0's w = 0.75 x 2 = 1.5, row 1's 1.5 x 0.5 =
+    # 0.75 (the rows swap their weights); no further multiplication:
+    #   (0,0) A 1, phi(1.5; k 2, lam 3) = 2.25 e^-1.5 = 0.502043 -> 0.502043
+    #   (0,1) A -1, phi(1.5; k 3, lam 2) = 1.241593 -> -1.241593 * 2 = -2.483186
+    #   (1,0) A -1, phi(0.75; k 3, lam 2) = 0.695554 -> -0.695554 * 1.5 = -1.043331
+    # sum -3.024474 over 3 tokens
+    b = _batch()
+    b.behaviour_logps = _behaviour(b, [[math.log(2.0), 0.0], [math.log(0.5), 7.0]])
+    out, _ = losses.compute("vespo", b, LossSettings(tokens=3.0, correction=CorrectionSettings(mode="token_truncate")))
+    assert out.loss.item() == pytest.approx(-3.024474 / 3, abs=1e-5)
+    # a row mode folds the row's weight once: sequence_truncate gives the same 2 and 0.5 per row
+    out, _ = losses.compute("vespo", b, LossSettings(tokens=3.0, correction=CorrectionSettings(
+        mode="sequence_truncate")))
+    assert out.loss.item() == pytest.approx(-3.024474 / 3, abs=1e-5)
 
 
 # ------------------------------------------------------------------ against TRL's own loss
@@ -156,8 +332,15 @@ def _trl_layout(rows, pad):
             "advantages": trl_pad([torch.tensor(r.adv) for r in rows], padding_value=0.0, padding_side="right")}
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "bnpo", "grpo", "dr_grpo"])
-def test_the_default_path_is_trls_loss(tiny_model_dir, tmp_path, loss_type):
+@pytest.mark.parametrize("loss_type, kw", [
+    ("dapo", {}), ("bnpo", {}), ("grpo", {}), ("dr_grpo", {}),
+    ("luspo", dict(importance_sampling_level="sequence")),
+    # CISPO's cap 1.02 is below row 0's ratio e^0.05 = 1.051: the cap acts
+    ("cispo", dict(epsilon_high=1.02)),
+    ("sapo", dict(sapo_temperature_pos=1.3, sapo_temperature_neg=0.6)),
+    ("vespo", dict(vespo_k_pos=1.5, vespo_lambda_neg=2.5)),
+])
+def test_the_default_path_is_trls_loss(tiny_model_dir, tmp_path, loss_type, kw):
     # one micro-batch off-policy (old log-probs 0.05 below the current ones on row 0, 0.3 above on
     # row 1, so both clip sides are hit) with the KL term on: our loss on the packed rows equals
     # TRL 1.16's _compute_loss on its left-padded layout, and so does the gradient
@@ -166,7 +349,7 @@ def test_the_default_path_is_trls_loss(tiny_model_dir, tmp_path, loss_type):
     from agentrl.rollout.rows import pack_rows
     from agentrl.trainer.logprobs import completion_logps
 
-    tr = _trainer(tiny_model_dir, tmp_path, loss_type=loss_type, beta=0.04, epsilon=0.2)
+    tr = _trainer(tiny_model_dir, tmp_path, loss_type=loss_type, beta=0.04, epsilon=0.2, **kw)
     tr.model.train()
     tr.current_gradient_accumulation_steps = 2
     pad = tr.processing_class.pad_token_id
