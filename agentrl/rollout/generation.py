@@ -5,8 +5,10 @@ Behaviour log-probs: the log-prob of each sampled token under the distribution `
 it from, i.e. after every logits processor (repetition penalty, temperature, top-k, top-p): the
 ``scores`` that ``generate(output_scores=True, return_dict_in_generate=True)`` returns are exactly
 the processed logits it softmaxes and samples from. Asking for them draws the same tokens (the
-random stream is untouched); ``generate`` holds one (B, V) float32 tensor per step until it returns
-(B x V x steps x 4 bytes: 8 x 49152 x 64 steps = 100 MB for SmolLM2), dropped right after.
+random stream is untouched; a stop check that undoes steps drops their scores too). The cost:
+``generate`` holds one (B, V) float32 tensor per step until it returns, B x V x steps x 4 bytes,
+dropped right after: 8 x 49,152 x 64 = 100 MB for SmolLM2 at the CPU recipes' sizes, 32 x 151,936
+x 512 = 10 GB for a Qwen2.5 body at 512 new tokens (vLLM, the production path, holds none).
 
 Fingerprint (BiPACE Sec. 3.4): f_theta(s_t) = the actor's hidden state at the final prompt token
 at a fixed late layer. The paper runs a *dedicated* forward pass for it (11.3% of a step). We
