@@ -137,6 +137,12 @@ class AgentKeys:
                                          "filler rows (no gradient), ranks with more sample R rows uniformly "
                                          "(seeded). Equal R keeps ZeRO-3 forwards in step.", ROLLOUT,
                                          optional_at_least(1), ">= 1")
+    sampler_dtype: str | None = knob(None, "Sample with HF generate under autocast to this dtype (bfloat16 or "
+                                     "float16) while the learner keeps its own: a sampler that differs from the "
+                                     "learner in a known way, as vLLM's bf16 does, on any machine. The rollout "
+                                     "correction (vllm_importance_sampling_*) then acts, as under vLLM. None: the "
+                                     "sampler is the learner (no correction).", ROLLOUT,
+                                     lambda v: v in (None, "bfloat16", "float16"), "null, bfloat16 or float16")
     save_rollouts: bool = knob(False, "Write each iteration's step records (with advantages) to "
                                "output_dir/rollouts/iter_XXXXX.jsonl.", ROLLOUT)
     env_workers: str = knob("0", "Env worker processes per rank (agentrl.rollout.env_pool): each keeps its envs "

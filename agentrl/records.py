@@ -1,12 +1,15 @@
 """Step records: one per environment turn, the unit every credit module consumes.
 
 The JSONL schema written by ``save_rollouts: true`` and read by ``agentrl credit compare``
-is ``StepRecord.to_dict()``: one JSON object per line.
+is ``StepRecord.to_dict()``: one JSON object per line. ``behaviour_logps`` (the sampler's own
+log-prob of each action token) writes a token the sampler did not score (NaN) as null, so the
+file stays strict JSON; ``from_dict`` reads null back as NaN.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +40,10 @@ class StepRecord:
     """True on the last step of the trajectory (terminated or truncated)."""
     action_token_ids: list[int] | None = None
     """Token ids of the model's response for this step (PACE's first-N action key)."""
+    behaviour_logps: list[float] | None = None
+    """The sampler's log-prob of each of ``action_token_ids`` under the distribution it drew it from
+    (after temperature / top-k / top-p; vLLM's own), aligned with them; NaN where the sampler gave
+    none (continuous batching). None: not recorded (records from elsewhere)."""
     fingerprint: list[float] | None = None
     """State fingerprint, e.g. the actor's hidden state at the last prompt token (BiGPO)."""
     state_sig: str | None = None
@@ -66,6 +73,8 @@ class StepRecord:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if self.behaviour_logps is not None:
+            d["behaviour_logps"] = [None if math.isnan(x) else x for x in self.behaviour_logps]
         return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
@@ -80,6 +89,8 @@ class StepRecord:
             kw.setdefault("info", {}).update(extra)
         if kw.get("history") is not None:
             kw["history"] = [tuple(p) for p in kw["history"]]
+        if kw.get("behaviour_logps") is not None:
+            kw["behaviour_logps"] = [math.nan if x is None else float(x) for x in kw["behaviour_logps"]]
         return cls(**kw)
 
 

@@ -1,12 +1,14 @@
-"""``agentrl show ROLLOUTS.jsonl [--traj ID | --group ID] [--estimators a,b] [--set EST.KWARG=VALUE]``
+"""``agentrl show ROLLOUTS.jsonl [--traj ID | --group ID] [--estimators a,b] [--set EST.KWARG=VALUE] [--logprobs]``
 
 Prints saved rollouts (a run's ``output_dir/rollouts/iter_XXXXX.jsonl``, written with
 ``save_rollouts: true``) turn by turn: the observation, the model's raw response, the action the
 env parsed from it (and whether it was valid), the reward, and the step's advantage under the
 run's own estimator (saved with the records) and under any others asked for with
 ``--estimators`` (``agentrl.credit.compute`` over the whole file, since advantages compare an
-episode with its group). The run's estimator and its kwargs are read from the run folder's
-``recipe.yaml`` when it is there. Without ``--traj`` or ``--group``: one line per group.
+episode with its group), and the sampler's own log-probs of the response's tokens (their mean
+and minimum; each token's with ``--logprobs``). The run's estimator and its kwargs are read from
+the run folder's ``recipe.yaml`` when it is there. Without ``--traj`` or ``--group``: one line
+per group.
 """
 
 from __future__ import annotations
@@ -86,7 +88,27 @@ def _clip(text: Any, width: int) -> str:
     return s if width <= 0 or len(s) <= width else s[: width - 3] + "..."
 
 
-def show_traj(records: list[tuple[int, dict]], advs: dict[str, list | str], run_name: str, width: int) -> list[str]:
+def behaviour_lines(r: dict, per_token: bool) -> list[str]:
+    """The step's behaviour log-probs (``behaviour_logps``, null = not scored): mean and minimum
+    over the scored tokens; with ``per_token`` each token id and its log-prob, the unscored ones
+    flagged."""
+    lps = r.get("behaviour_logps")
+    if lps is None:
+        return ["    logprobs:    (not saved by this run)"]
+    scored = [float(x) for x in lps if x is not None]
+    unscored = len(lps) - len(scored)
+    head = (f"    logprobs:    mean {sum(scored) / len(scored):+.4f}  min {min(scored):+.4f}  "
+            f"({len(lps)} tokens{f', {unscored} not scored' if unscored else ''})" if scored
+            else f"    logprobs:    none scored ({len(lps)} tokens)")
+    if not per_token:
+        return [head]
+    ids = r.get("action_token_ids") or [None] * len(lps)
+    cells = [f"{t}:{'n/a (not scored)' if x is None else f'{float(x):+.3f}'}" for t, x in zip(ids, lps, strict=False)]
+    return [head, "      " + "  ".join(cells)]
+
+
+def show_traj(records: list[tuple[int, dict]], advs: dict[str, list | str], run_name: str, width: int,
+              per_token: bool = False) -> list[str]:
     first = records[0][1]
     won = any(r.get("won") for _, r in records)
     ret = sum(float(r.get("reward", 0.0)) for _, r in records)
@@ -104,6 +126,7 @@ def show_traj(records: list[tuple[int, dict]], advs: dict[str, list | str], run_
         resp = info.get("response")
         lines.append(f"    response:    {_clip(resp, width) if resp is not None else '(not saved by this run)'}")
         lines.append(f"    action:      {_clip(r.get('action'), width)}{'' if valid else '   [INVALID]'}")
+        lines += behaviour_lines(r, per_token)
     return lines
 
 
@@ -134,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="EST.KWARG=VALUE",
                     help="estimator kwarg, repeatable (the run's gamma is used unless set)")
     ap.add_argument("--width", type=int, default=160, help="characters per text field (0 = all)")
+    ap.add_argument("--logprobs", action="store_true", help="print each response token's id and its behaviour "
+                    "log-prob (the sampler's own; 'n/a' where it gave none)")
     args = both_spellings(ap).parse_args(argv)
     try:
         records = load_records(args.rollouts)
@@ -172,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         trajs.setdefault(str(r.get("traj_id")), []).append((i, r))
     for recs in trajs.values():
         recs.sort(key=lambda ir: int(ir[1].get("t", 0)))
-        print("\n".join(show_traj(recs, advs, label, args.width)))
+        print("\n".join(show_traj(recs, advs, label, args.width, per_token=args.logprobs)))
         print()
     return 0
 

@@ -108,3 +108,31 @@ def test_gpu_check_runs_the_card_recipe_at_tiny_size_on_cpu(tmp_path):
     assert all(x["kl_step1"] == 0.0 and x["time/update_s"] > 0 for x in rep["runs"])
     md = (tmp_path / "gpu.md").read_text()
     assert md.count("| tiny |") == 3 and "agentrl / plain TRL" in md and "ZeRO-3 / plain step" in md
+    # the HF bf16 sampler's line (SmolLM2 on a GPU; the tiny model here): a mismatch, measured
+    assert rep["mismatch"]["k3"] > 0 and "HF bf16 sampler vs the fp32 learner" in md
+
+
+def test_mismatch_benchmark_measures_a_bf16_sampler(tmp_path, capsys):
+    out = tmp_path / "mm.json"
+    assert main(["mismatch", "--model", "tiny", "--rollouts", "4", "--group", "2", "--max-turns", "2",
+                 "--max-new-tokens", "8", "--threads", "1", "--bounds", "3,0.999:1.001", "--json", str(out)]) == 0
+    (r,) = json.loads(out.read_text())
+    assert (r["sampler"], r["learner"], r["episodes"]) == ("bfloat16", "float32", 4)
+    # bf16 logits: the sampler's log-probs differ from the fp32 learner's (an fp32 sampler agrees to 1e-5)
+    assert r["max_abs_d"] > 1e-4 and r["k3"] > 0
+    m = r["modes"]
+    for mode, f in m.items():
+        assert f["mismatch_k3"] == pytest.approx(r["k3"], rel=1e-5), mode  # one KL, whatever the mode
+        assert f["acts"] == f["truncated_frac"] + f["masked_frac"]
+    for level in ("token", "sequence", "geometric"):
+        # TRL's C_max 3 is far above a bf16 mismatch: nothing cut, every weight its ratio
+        assert m[f"{level}_mask [-,3]"]["acts"] == 0 and m[f"{level}_truncate [-,3]"]["acts"] == 0
+        # the same units leave a band whether they are truncated or masked
+        tight = "[0.999,1.001]"
+        assert m[f"{level}_mask {tight}"]["masked_frac"] == m[f"{level}_truncate {tight}"]["truncated_frac"]
+    # seed 0 gives max |d| 2.3e-3 > ln(1 / 0.999): some token falls outside the band
+    assert m["token_mask [0.999,1.001]"]["masked_frac"] > 0
+    assert "token_truncate [-,3]" in capsys.readouterr().out
+    assert main(["mismatch", "--bounds", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "bad --bounds item '0.5'" in err

@@ -180,3 +180,29 @@ def test_show_episode_turn_by_turn(tmp_path, capsys):
     write_jsonl(recs[:2], run / "rollouts" / "iter_00001.jsonl")
     assert main([str(run), "--traj", "s0:r0:0"]) == 0
     assert "iter_00001.jsonl (the newest of 2 iterations)" in capsys.readouterr().err
+
+
+def test_show_prints_the_behaviour_logprobs(tmp_path, capsys):
+    import json
+    import math
+
+    from agentrl.records import StepRecord, write_jsonl
+    from agentrl.show import main
+
+    recs = [StepRecord(group_id="g", traj_id="a", t=0, obs="o", action="x", reward=0.0, done=False,
+                       action_token_ids=[7, 8, 9], behaviour_logps=[-0.5, float("nan"), -1.5]),
+            StepRecord(group_id="g", traj_id="a", t=1, obs="o", action="y", reward=1.0, done=True,
+                       action_token_ids=[4])]
+    path = tmp_path / "iter_00000.jsonl"
+    write_jsonl(recs, path)
+    line = path.read_text().splitlines()[0]
+    assert json.loads(line)["behaviour_logps"] == [-0.5, None, -1.5] and "NaN" not in line  # strict JSON
+    back = StepRecord.from_dict(json.loads(line)).behaviour_logps
+    assert back[0] == -0.5 and math.isnan(back[1]) and back[2] == -1.5
+    assert main([str(path), "--traj", "a"]) == 0
+    out = capsys.readouterr().out
+    # mean over the 2 scored tokens (-0.5 - 1.5) / 2 = -1.0, minimum -1.5; the 2nd step saved none
+    assert "logprobs:    mean -1.0000  min -1.5000  (3 tokens, 1 not scored)" in out
+    assert "logprobs:    (not saved by this run)" in out and "7:" not in out
+    assert main([str(path), "--traj", "a", "--logprobs"]) == 0
+    assert "7:-0.500  8:n/a (not scored)  9:-1.500" in capsys.readouterr().out

@@ -21,6 +21,7 @@ BENCHMARKS = {
     "collab": ("collab", "a Think-Solve step under each collaboration credit; counterfactual and rating cost"),
     "appo-warm": ("appo_warm", "build the tiny warm-started ToolReason model the APPO bench and CPU recipes use"),
     "async": ("asynchronous", "synchronous vs asynchronous rollouts on the demo's task, same cores: steps/hour, idle shares"),
+    "mismatch": ("mismatch", "a bf16 sampler vs the fp32 learner: mismatch KL, ESS, how often each correction acts"),
     "gpu": ("gpu", "the card's recipe on this machine's GPU (Qwen2.5 bodies, no hub): checks, timings, gpu.md"),
 }
 

@@ -24,7 +24,9 @@ step was skipped by the non-finite guard, and that the KL term is ~0 at step 1 (
 reference weights are equal there). It adds the ZeRO-3 / plain step ratio, agentrl / plain TRL
 on equal work (``agentrl bench overhead --device cuda``), and a probe of cuDNN's attention
 backward on this card (pytorch/pytorch#196678: NaN dQ at sequence lengths 64 mod 128 for a query
-row with every key masked, as left-padded prompts make them; packed rows make none).
+row with every key masked, as left-padded prompts make them; packed rows make none), and the
+mismatch of the HF bf16 sampler against the fp32 learner (``agentrl bench mismatch``: SmolLM2 on
+the GPU, the tiny model with --tiny on CPU): the k3 KL and what the rollout correction does.
 Exit code 1 when a check fails.
 """
 
@@ -198,6 +200,16 @@ def overhead(cuda: bool) -> dict[str, Any] | None:
         "agentrl_step_s": res["agentrl"]["step"], "trl_step_s": res["trl"]["step"]}
 
 
+def mismatch(cuda: bool) -> dict[str, Any]:
+    """The HF bf16 sampler against the fp32 learner (``agentrl.benchmarks.mismatch.gpu_line``)."""
+    from agentrl.benchmarks.mismatch import gpu_line
+
+    try:
+        return gpu_line(cuda)
+    except Exception as e:  # the report says what failed instead of losing the other figures
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+
+
 def parse_plan(plan: str) -> list[tuple[str, str, int]]:
     """'BODY:MODE:STEPS,...' -> runs; ValueError (one line) on a bad entry."""
     runs = []
@@ -253,6 +265,14 @@ def markdown(report: dict[str, Any], command: str) -> str:
                   + (ov["error"] if "error" in ov else f"step {ov['ratio']}x (generation {ov['ratio_generation']}x, "
                      f"update {ov['ratio_update']}x; {ov['rows']} rows x {ov['tokens']} tokens; "
                      f"{ov['agentrl_step_s']} s vs {ov['trl_step_s']} s).")]
+    mm = report.get("mismatch")
+    if mm:
+        lines += ["", "HF bf16 sampler vs the fp32 learner (`" + mm.get("command", "agentrl bench mismatch") + "`): "
+                  + (mm["error"] if "error" in mm else
+                     f"{mm['model']} on {mm['device']}, {mm['tokens']} tokens, log-ratio mean |d| {mm['mean_abs_d']:.2e}, "
+                     f"max |d| {mm['max_abs_d']:.2e}, k3 KL {mm['k3']:.2e}; " + "; ".join(
+                         f"{k}: ESS {f['ess']:.4f}, truncated {f['truncated_frac']:.2%}, masked {f['masked_frac']:.2%}, "
+                         f"max weight {f['weight_max']:.3f}" for k, f in mm["modes"].items()) + ".")]
     probe = report.get("cudnn_probe", {})
     lines += ["", "cuDNN attention probe (non-finite entries of dQ, sequence length 192 = 64 mod 128): "
               + ("; ".join(f"{k}: {v}" for k, v in probe.items() if k != "length") or "-") + "."]
@@ -281,6 +301,7 @@ def run(plan: list[tuple[str, str, int]], root: Path, full_shape: bool, with_ove
     report["ratios"] = ratios
     if with_overhead:
         report["overhead"] = overhead(cuda)
+    report["mismatch"] = mismatch(cuda)
     return report
 
 

@@ -42,6 +42,8 @@ class RoleTokens:
     """Whether this turn becomes a training row."""
     prompt_ids: list[int] = field(default_factory=list)
     completion_ids: list[int] = field(default_factory=list)
+    behaviour_logps: list[float] = field(default_factory=list)
+    """The role's sampler's log-probs of ``completion_ids``."""
 
 
 @register_context("role")
@@ -65,9 +67,10 @@ class RoleContext(Context):
     def next_prompt(self, envs, slot) -> list[int] | None:
         return None  # one turn per role
 
-    def append_turn(self, slot, prompt: list[int], completion: list[int]) -> None:
+    def append_turn(self, slot, prompt: list[int], completion: list[int], logprobs: list[float]) -> None:
         slot.ep.tokens.prompt_ids = list(prompt)
         slot.ep.tokens.completion_ids = list(completion)
+        slot.ep.tokens.behaviour_logps = list(logprobs)
 
     def rows(self, episode, advantages) -> list[Row]:
         st: RoleTokens = episode.tokens
@@ -75,4 +78,5 @@ class RoleContext(Context):
             return []
         (a,) = advantages
         c = st.completion_ids
-        return [Row(prompt=st.prompt_ids, completion=c, loss_mask=[1] * len(c), adv=[float(a)] * len(c))]
+        return [Row(prompt=st.prompt_ids, completion=c, loss_mask=[1] * len(c), adv=[float(a)] * len(c),
+                    behaviour_logps=list(st.behaviour_logps))]

@@ -195,3 +195,6 @@ def validate_config(cfg: AgentRLConfig) -> None:
                           "set use_vllm: false to generate with transformers")
     if cfg.use_vllm and cfg.vllm_mode not in ("server", "colocate"):
         raise RecipeError(f"vllm_mode must be 'server' or 'colocate', got {cfg.vllm_mode!r}")
+    if cfg.sampler_dtype is not None and (cfg.use_vllm or cfg.use_transformers_continuous_batching):
+        raise RecipeError("sampler_dtype applies to transformers' generate; vLLM and continuous batching sample "
+                          "in their own dtype: leave sampler_dtype unset")

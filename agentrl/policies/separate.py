@@ -34,7 +34,8 @@ from transformers import AutoTokenizer, GenerationConfig, Trainer
 from trl.trainer import add_fused_lm_head
 from trl.trainer.utils import create_model_from_path
 
-from agentrl.rollout.generation import left_pad
+from agentrl.rollout.episodes import GenerateOutput
+from agentrl.rollout.generation import cut_rows, left_pad, sample_with_logprobs
 
 ROLE_MODELS_DIR = "role_models"
 
@@ -61,23 +62,21 @@ class RoleModel:
         return list(e) if isinstance(e, (list, tuple)) else [e]
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]]) -> list[list[int]]:
+    def generate(self, prompts: list[list[int]]) -> GenerateOutput:
         """Sampled completions of ``prompts`` (token ids of this tokenizer), each cut after its first
-        eos (kept, as TRL keeps it)."""
+        eos (kept, as TRL keeps it), with each token's log-prob under the distribution it was drawn
+        from (``sample_with_logprobs``, as the trained policy's generation)."""
         ids, att = left_pad(prompts, self.tokenizer.pad_token_id, next(self.model.parameters()).device)
         if self.checkpointing is not None:
             self.model.gradient_checkpointing_disable()
         try:
-            out = self.model.generate(input_ids=ids, attention_mask=att, generation_config=self.generation_config)
+            new, logps = sample_with_logprobs(self.model, input_ids=ids, attention_mask=att,
+                                              generation_config=self.generation_config)
         finally:
             if self.checkpointing is not None:
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=self.checkpointing)
-        completions = []
-        eos = set(self.eos_ids)
-        for row in out[:, ids.size(1):].tolist():
-            end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
-            completions.append(row[:end])
-        return completions
+        completions, logprobs = cut_rows(new, logps, self.eos_ids)
+        return GenerateOutput(completions, logprobs=logprobs)
 
     def step(self, lr: float, max_grad_norm: float | None) -> float:
         """One optimizer step on the accumulated gradients; returns the gradient norm before clipping."""

@@ -137,7 +137,11 @@ class AsyncSource:
                    "time/producer_busy_s": busy, "time/producer_idle_frac": idle / max(busy + idle, 1e-9),
                    "async/restarts": float(self.restarts)}
         times: RolloutTimes = payload["times"]
-        return RolloutBatch(episodes=kept, version=payload["version"], times=times, wait_s=wait, metrics=metrics)
+        # older weights, or a sampler of another precision: the learner corrects with the
+        # episodes' behaviour log-probs; at staleness 0 the producer's weights are the learner's
+        differs = payload["version"] < step or payload["sampler_differs"]
+        return RolloutBatch(episodes=kept, version=payload["version"], times=times, wait_s=wait, metrics=metrics,
+                            sampler_differs=differs)
 
     # ------------------------------------------------------------------ the producer process
     def _ensure_started(self, step: int) -> None:

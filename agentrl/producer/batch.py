@@ -48,6 +48,11 @@ class RolloutBatch:
     """The learner's seconds inside ``next`` (None: the rollout's own, ``times.rollout_s``)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """The source's own metrics of the iteration (``async/*``)."""
+    sampler_differs: bool = False
+    """Whether the distribution the tokens were drawn from can differ from the learner's (vLLM,
+    ``sampler_dtype``; an asynchronous source's older weights: set it whenever ``version`` may lag
+    the learner): the learner then corrects with the episodes' behaviour log-probs
+    (``agentrl.trainer.update.corrects``). False: the sampler is the learner."""
 
 
 class RolloutSource(Protocol):

@@ -10,6 +10,17 @@ tokens TRL's own path gives:
            version moved on since its last call;
 ``cb``     transformers' continuous batching (``generate_batch``).
 
+Every call also returns the sampler's own log-prob of each token it drew (``GenerateOutput.logprobs``,
+the behaviour log-probs the rollout correction compares with the learner's): HF generate's, under
+the processed distribution it sampled from (``agentrl.rollout.generation.sample_with_logprobs``);
+vLLM's own (TRL's third value of ``VLLMGeneration.generate``: the sampled token's, the first of
+each position's list; None there becomes NaN); continuous batching gives none (NaN: transformers'
+``generate_batch`` does not return them).
+
+``sampler_dtype`` (recipe key): HF generate runs under autocast to that dtype while the learner
+stays in its own, a sampler that differs from the learner in a known way on any machine
+(``differs_from_learner``).
+
 When ``fingerprint_layer`` is set, a call also returns each prompt's hidden state at that layer
 (``agentrl.rollout.generation.FingerprintCapture``: captured during the prefill, no extra
 forward); under vLLM, which generates elsewhere, they are computed after the rollout
@@ -37,7 +48,14 @@ import numpy as np
 import torch
 
 from agentrl.rollout.episodes import GenerateOutput
-from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
+from agentrl.rollout.generation import (
+    FingerprintCapture,
+    cut_rows,
+    sample_with_logprobs,
+    truncated_forward_fingerprints,
+)
+
+NAN = float("nan")
 
 
 @dataclass
@@ -69,6 +87,8 @@ class GenerationSetup:
     cb_dtype: torch.dtype | None = None
     """The dtype the model generates in under 'cb' (bf16 / fp16 runs), else None."""
     cb_lm_head_fp32: bool = False
+    sampler_dtype: torch.dtype | None = None
+    """HF generate under autocast to this dtype (recipe key ``sampler_dtype``); None: the model's own."""
     fingerprint_layer: int | None = None
     """Capture fingerprints at this decoder layer (None: no fingerprints)."""
     seed: int = 0
@@ -94,8 +114,9 @@ def keyed_rng(seed: int, device: torch.device | None = None) -> Iterator[None]:
 
 
 class PolicyGeneration:
-    """``generate(prompts) -> completion ids`` (or a ``GenerateOutput`` with fingerprints) of the
-    trained policy, with seconds and token counts (module docstring)."""
+    """``generate(prompts) -> GenerateOutput`` (completion ids, their behaviour log-probs and, with
+    ``fingerprint_layer``, fingerprints) of the trained policy, with seconds and token counts
+    (module docstring)."""
 
     def __init__(self, setup: GenerationSetup, version: Callable[[], int]):
         self.setup = setup
@@ -125,23 +146,32 @@ class PolicyGeneration:
         rather than after the rollout (vLLM generates elsewhere)."""
         return self.setup.fingerprint_layer is not None and self.setup.engine != "vllm"
 
-    def __call__(self, prompts: list[list[int]]):
+    @property
+    def differs_from_learner(self) -> bool:
+        """Whether the distribution the tokens are drawn from can differ from the learner's on the
+        same weights, so that the learner corrects with the behaviour log-probs: vLLM (its own
+        kernels and dtype) or HF generate under ``sampler_dtype``. Continuous batching has no
+        log-probs to correct with (False)."""
+        s = self.setup
+        return s.engine == "vllm" or (s.engine == "hf" and s.sampler_dtype is not None)
+
+    def __call__(self, prompts: list[list[int]]) -> GenerateOutput:
         t0 = time.perf_counter()
         fps = None
         seed = sampling_seed(*self._key, self._calls)
         self._calls += 1
         with keyed_rng(seed, self.setup.accelerator.device):
             if self.fingerprints_with_generate:
-                completion_ids, fps = self._with_fingerprints(prompts)
+                (completion_ids, logprobs), fps = self._with_fingerprints(prompts)
             else:
-                completion_ids = self._completions(prompts)
+                completion_ids, logprobs = self._completions(prompts)
         self.seconds += time.perf_counter() - t0
         self.tokens += sum(len(c) for c in completion_ids)
-        completion_ids = [list(c) for c in completion_ids]
-        return GenerateOutput(completion_ids, fps) if fps is not None else completion_ids
+        return GenerateOutput([list(c) for c in completion_ids], fps, logprobs)
 
     # ------------------------------------------------------------------ engines
-    def _completions(self, prompts: list[list[int]]) -> list[list[int]]:
+    def _completions(self, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+        """(completion ids, their behaviour log-probs) from the setup's engine."""
         engine = self.setup.engine
         if engine == "vllm":
             return self._vllm(prompts)
@@ -159,8 +189,9 @@ class PolicyGeneration:
                                            generation_kwargs=generation_kwargs,
                                            gradient_checkpointing_kwargs=s.checkpointing_kwargs if checkpointing else None)
 
-    def _hf(self, prompts: list[list[int]]) -> list[list[int]]:
-        """HF generate on left-padded prompts; each completion up to and including its first EOS."""
+    def _hf(self, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+        """HF generate on left-padded prompts; each completion up to and including its first EOS,
+        with the log-prob of each token under the processed distribution it was drawn from."""
         from trl.trainer.utils import pad
 
         s = self.setup
@@ -169,11 +200,14 @@ class PolicyGeneration:
         att = pad([torch.ones_like(t) for t in ts], padding_value=0, padding_side="left",
                   pad_to_multiple_of=s.pad_to_multiple_of)
         device = s.accelerator.device
-        with self._unwrapped(generation_kwargs=s.generation_kwargs) as m, torch.no_grad():
-            out = m.generate(input_ids=ids.to(device), attention_mask=att.to(device), generation_config=s.generation_config)
-        return cut_after_eos(out[:, ids.shape[1]:], s.eos_ids)
+        dtype = (torch.autocast(device.type, dtype=s.sampler_dtype) if s.sampler_dtype is not None
+                 else nullcontext())
+        with self._unwrapped(generation_kwargs=s.generation_kwargs) as m, torch.no_grad(), dtype:
+            new, logps = sample_with_logprobs(m, input_ids=ids.to(device), attention_mask=att.to(device),
+                                              generation_config=s.generation_config)
+        return cut_rows(new, logps, s.eos_ids)
 
-    def _with_fingerprints(self, prompts: list[list[int]]) -> tuple[list[list[int]], list | None]:
+    def _with_fingerprints(self, prompts: list[list[int]]) -> tuple[tuple[list[list[int]], list], list | None]:
         if self._capture is None:
             self._capture = FingerprintCapture(self.setup.accelerator.unwrap_model(self.setup.model()),
                                                self.setup.fingerprint_layer)
@@ -186,16 +220,16 @@ class PolicyGeneration:
             self.fingerprint_seconds += time.perf_counter() - t1 + cap.elapsed
         return comps, fps
 
-    def _vllm(self, prompts: list[list[int]]) -> list[list[int]]:
+    def _vllm(self, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
         """TRL's vLLM generation; its weights are synced first when the policy version moved on."""
         v = self.setup.vllm
         if self.version() != self._synced_version:
             v.sync_weights()
             self._synced_version = self.version()
-        _, completion_ids, _, _ = v.generate(prompts=prompts, images=None, num_generations=1, profiler=nullcontext())
-        return completion_ids
+        _, completion_ids, logprobs, _ = v.generate(prompts=prompts, images=None, num_generations=1, profiler=nullcontext())
+        return completion_ids, vllm_sampled_logprobs(logprobs, completion_ids)
 
-    def _continuous_batching(self, prompts: list[list[int]]) -> list[list[int]]:
+    def _continuous_batching(self, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
         s = self.setup
         with self._unwrapped() as m, torch.no_grad():
             if s.cb_dtype is not None:
@@ -205,7 +239,8 @@ class PolicyGeneration:
             outs = m.generate_batch(prompts, generation_config=s.generation_config,
                                     continuous_batching_config=s.cb_config, progress_bar=False)
             m.train()
-        return [o.generated_tokens for o in outs.values()]
+        ids = [o.generated_tokens for o in outs.values()]
+        return ids, [[NAN] * len(c) for c in ids]  # generate_batch returns no log-probs
 
     # ------------------------------------------------------------------ fingerprints after a rollout
     def fingerprints_after(self, prompts: list[list[int]], chunk: int, n_chunks: Callable[[int], int]) -> list[list[float]]:
@@ -226,9 +261,13 @@ class PolicyGeneration:
         return out
 
 
-def cut_after_eos(completions: torch.Tensor, eos_ids: list[int]) -> list[list[int]]:
-    """Each row of ``completions`` (B, T) up to and including its first EOS (all of it when none)."""
-    is_eos = torch.isin(completions, torch.tensor(eos_ids, device=completions.device))
-    ends = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(is_eos[:, 0], completions.shape[1],
-                                                                               dtype=torch.long))
-    return [row[: int(e) + 1].tolist() for row, e in zip(completions.cpu(), ends.cpu(), strict=True)]
+def vllm_sampled_logprobs(logprobs, completion_ids: list[list[int]]) -> list[list[float]]:
+    """The sampled token's log-prob at each position from vLLM's per-position lists (the first
+    entry, as TRL takes it; a missing list or a None becomes NaN: a token the sampler did not score)."""
+    if logprobs is None:
+        return [[NAN] * len(c) for c in completion_ids]
+    out = []
+    for seq, c in zip(logprobs, completion_ids, strict=True):
+        row = [NAN if not lp or lp[0] is None else float(lp[0]) for lp in (seq or [])]
+        out.append((row + [NAN] * len(c))[:len(c)])
+    return out

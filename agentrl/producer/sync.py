@@ -57,7 +57,8 @@ class SyncSource:
             ep.policy_version = version
             for r in ep.steps:
                 r.policy_version = version
-        return RolloutBatch(episodes=episodes, version=version, times=times)
+        return RolloutBatch(episodes=episodes, version=version, times=times,
+                            sampler_differs=p.generation.differs_from_learner)
 
     def close(self) -> None:
         self.player.close()

@@ -46,6 +46,8 @@ class ProducerSpec:
     fingerprint_layer: int | None
     autocast: str | None
     """'bfloat16' / 'float16' when the learner trains in mixed precision (generation under autocast)."""
+    sampler_dtype: Any
+    """The recipe's ``sampler_dtype`` as a torch dtype (None: the policy's own)."""
     plan: Any
     """The run's ``TaskPlan``."""
     rank: int
@@ -121,7 +123,7 @@ class Producer:
         setup = GenerationSetup(model=lambda: self.model, accelerator=accelerator, pad_id=s.pad_id, eos_ids=s.eos_ids,
                                 generation_config=s.generation_config, generation_kwargs=s.generation_kwargs,
                                 pad_to_multiple_of=s.pad_to_multiple_of, fingerprint_layer=s.fingerprint_layer,
-                                seed=c.seed, rank=s.rank)
+                                sampler_dtype=s.sampler_dtype, seed=c.seed, rank=s.rank)
         generation = PolicyGeneration(setup, version=lambda: self.loaded or 0)
         generation._completions = self._beating(generation._completions)
         from transformers import AutoTokenizer
@@ -215,4 +217,4 @@ class Producer:
         with cast:
             batch = self.source.next(rows, b, training=True, version=version)
         return {"episodes": pack_episodes(batch.episodes), "version": version, "times": batch.times,
-                "busy_s": time.perf_counter() - t0, "waited_s": waited}
+                "sampler_differs": batch.sampler_differs, "busy_s": time.perf_counter() - t0, "waited_s": waited}

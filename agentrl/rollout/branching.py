@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from agentrl.rollout.env_batch import EnvBatch
     from agentrl.rollout.episodes import Episode, Slot
 
+NAN = float("nan")
+
 
 @dataclass
 class BranchStart:
@@ -62,11 +64,16 @@ class BranchStart:
     """The parent's spans of steps 0..k-1."""
     step_start: int
     """Where step k's model tokens start in ``completion_ids``."""
+    behaviour_logps: list[float] | None = None
+    """The parent's ``behaviour_logps[:pos + 1]`` (its sampler's log-probs of those tokens; None: NaN)."""
 
     def __post_init__(self):
         if not (0 <= self.step_start <= self.pos and len(self.completion_ids) == self.pos + 1):
             raise ValueError(f"branch position {self.pos} is not inside step {self.step} (which starts at "
                              f"{self.step_start}) or completion_ids is not the parent's cut after it")
+        if self.behaviour_logps is not None and len(self.behaviour_logps) != len(self.completion_ids):
+            raise ValueError(f"a branch's behaviour_logps ({len(self.behaviour_logps)}) must align with its "
+                             f"completion_ids ({len(self.completion_ids)})")
         if len(self.actions) != self.step or len(self.step_spans) != self.step:
             raise ValueError(f"a branch from step {self.step} needs {self.step} replayed actions and spans, "
                              f"got {len(self.actions)} and {len(self.step_spans)}")
@@ -84,7 +91,7 @@ def branch_start(parent: Episode, pos: int) -> BranchStart:
                        actions=[str(r.info.get("response", r.action)) for r in parent.steps[:k]],
                        prompt_ids=list(st.prompt_ids), completion_ids=list(st.completion_ids[:pos + 1]),
                        env_mask=list(st.env_mask[:pos + 1]), step_spans=[tuple(x) for x in st.step_spans[:k]],
-                       step_start=s)
+                       step_start=s, behaviour_logps=list(st.behaviour_logps[:pos + 1]))
 
 
 def branch_task(parent: Episode, pos: int, index: int, suffix: str = "#branch") -> dict[str, Any]:
@@ -113,9 +120,10 @@ class BranchContext(TrajectoryContext):
         b = task.get("branch")
         if not isinstance(b, BranchStart):
             raise ValueError("a 'branch' task needs a BranchStart under 'branch' (see branch_task)")
+        logps = list(b.behaviour_logps) if b.behaviour_logps is not None else [NAN] * len(b.completion_ids)
         return BranchTokens(prompt_ids=list(b.prompt_ids), completion_ids=list(b.completion_ids),
                             env_mask=list(b.env_mask), step_spans=list(b.step_spans), start=b,
-                            resumed=list(b.completion_ids[b.step_start:]))
+                            resumed=list(b.completion_ids[b.step_start:]), behaviour_logps=logps)
 
     def after_reset(self, envs: EnvBatch, slots: list[Slot]) -> None:
         """Replay each branch's parent actions: one ``step_many`` per replayed step, all slots at once."""
@@ -145,12 +153,13 @@ class BranchContext(TrajectoryContext):
         head = slot.ep.tokens.resumed if slot.turns == 0 else []
         return self.settings.prefill + decode_response(self.tokenizer, head + list(completion))
 
-    def append_turn(self, slot: Slot, prompt: list[int], completion: list[int]) -> None:
+    def append_turn(self, slot: Slot, prompt: list[int], completion: list[int], logprobs: list[float]) -> None:
         st = slot.ep.tokens
         if slot.turns > 0:
-            return super().append_turn(slot, prompt, completion)
-        st.completion_ids.extend(completion)  # the resumed part is already in completion_ids
+            return super().append_turn(slot, prompt, completion, logprobs)
+        st.completion_ids.extend(completion)  # the resumed part (and its parent's log-probs) is already there
         st.env_mask.extend([1] * len(completion))
+        st.behaviour_logps.extend(logprobs)
         st.step_spans.append((st.start.step_start, len(st.completion_ids)))
 
     def rows(self, episode: Episode, advantages) -> list[Row]:

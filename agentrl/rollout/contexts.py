@@ -8,7 +8,7 @@ A context is a strategy class registered by name (``@register_context``; the rec
     first_prompt(envs, slot)        prompt ids of the slot's first turn (None: does not fit)
     next_prompt(envs, slot)         prompt ids of every later turn (None: does not fit)
     response_text(slot, completion) the text the env receives for a generated completion
-    append_turn(slot, prompt, completion)   after the env accepted the step
+    append_turn(slot, prompt, completion, logprobs)   after the env accepted the step
     rows(episode, advantages)       in the trainer: training rows, one advantage per step
 
 ``window`` and ``trajectory`` live here; ``branch`` (APPO) in ``agentrl.rollout.branching`` and
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from agentrl.rollout.env_batch import EnvBatch
     from agentrl.rollout.settings import RolloutSettings
 
+NAN = float("nan")
+
 
 @dataclass
 class Row:
@@ -42,6 +44,9 @@ class Row:
     """1 = the token is trained on, 0 = env token or filler."""
     adv: list[float]
     """Advantage of each completion token."""
+    behaviour_logps: list[float] | None = None
+    """The sampler's log-prob of each completion token (NaN at env tokens and where the sampler
+    gave none); None: none at all (fillers, rows from elsewhere)."""
 
 
 _CONTEXTS: dict[str, type[Context]] = {}
@@ -100,8 +105,10 @@ class Context:
         branch continuation also puts back the part of the action its prompt already held)."""
         return self.settings.prefill + decode_response(self.tokenizer, completion)
 
-    def append_turn(self, slot: Slot, prompt: list[int], completion: list[int]) -> None:
-        """Keep the turn the env just accepted (``prompt`` was sent, ``completion`` came back)."""
+    def append_turn(self, slot: Slot, prompt: list[int], completion: list[int], logprobs: list[float]) -> None:
+        """Keep the turn the env just accepted (``prompt`` was sent, ``completion`` came back with the
+        sampler's ``logprobs`` of its tokens, NaN where it gave none); the rows carry the log-probs
+        as ``Row.behaviour_logps``."""
         raise NotImplementedError
 
     def rows(self, episode: Episode, advantages) -> list[Row]:
@@ -120,6 +127,8 @@ class WindowTokens:
     """The prompt sent at each step."""
     completion_ids: list[list[int]] = field(default_factory=list)
     """The model's completion at each step."""
+    behaviour_logps: list[list[float]] = field(default_factory=list)
+    """The sampler's log-probs of each step's completion tokens."""
 
 
 @register_context("window")
@@ -144,14 +153,16 @@ class WindowContext(Context):
 
     next_prompt = first_prompt  # every window prompt is built the same way
 
-    def append_turn(self, slot: Slot, prompt: list[int], completion: list[int]) -> None:
+    def append_turn(self, slot: Slot, prompt: list[int], completion: list[int], logprobs: list[float]) -> None:
         slot.ep.tokens.prompt_ids.append(list(prompt))
         slot.ep.tokens.completion_ids.append(list(completion))
+        slot.ep.tokens.behaviour_logps.append(list(logprobs))
 
     def rows(self, episode: Episode, advantages) -> list[Row]:
         st = episode.tokens
-        return [Row(prompt=p, completion=c, loss_mask=[1] * len(c), adv=[float(a)] * len(c))
-                for p, c, a in zip(st.prompt_ids, st.completion_ids, advantages, strict=True) if c]
+        return [Row(prompt=p, completion=c, loss_mask=[1] * len(c), adv=[float(a)] * len(c), behaviour_logps=lp)
+                for p, c, lp, a in zip(st.prompt_ids, st.completion_ids, st.behaviour_logps, advantages, strict=True)
+                if c]
 
 
 @dataclass
@@ -167,6 +178,9 @@ class TrajectoryTokens:
     ``completion_ids``."""
     step_spans: list[tuple[int, int]] = field(default_factory=list)
     """[start, end) of each step's model tokens inside ``completion_ids``."""
+    behaviour_logps: list[float] = field(default_factory=list)
+    """The sampler's log-prob of each model token, aligned with ``completion_ids`` (NaN at env
+    tokens)."""
 
 
 @register_context("trajectory")
@@ -196,17 +210,19 @@ class TrajectoryContext(Context):
         env_ids = encode(self.tokenizer, self.template.env_text(message, ended_eos, self.settings.prefill))
         st.completion_ids.extend(env_ids)
         st.env_mask.extend([0] * len(env_ids))
+        st.behaviour_logps.extend([NAN] * len(env_ids))
         return self._fitting(st)
 
     def _fitting(self, st: TrajectoryTokens) -> list[int] | None:
         ids = st.prompt_ids + st.completion_ids
         return ids if len(ids) <= self.settings.max_prompt_tokens else None
 
-    def append_turn(self, slot: Slot, prompt: list[int], completion: list[int]) -> None:
+    def append_turn(self, slot: Slot, prompt: list[int], completion: list[int], logprobs: list[float]) -> None:
         st = slot.ep.tokens
         start = len(st.completion_ids)
         st.completion_ids.extend(completion)
         st.env_mask.extend([1] * len(completion))
+        st.behaviour_logps.extend(logprobs)
         st.step_spans.append((start, start + len(completion)))
 
     def rows(self, episode: Episode, advantages) -> list[Row]:
@@ -215,4 +231,4 @@ class TrajectoryContext(Context):
         for (s, e), a in zip(st.step_spans, advantages, strict=True):
             tok_adv[s:e] = [float(a)] * (e - s)
         return [Row(prompt=st.prompt_ids, completion=list(st.completion_ids), loss_mask=list(st.env_mask),
-                    adv=tok_adv)]
+                    adv=tok_adv, behaviour_logps=list(st.behaviour_logps))]

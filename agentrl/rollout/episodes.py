@@ -28,17 +28,23 @@ from agentrl.rollout.episode import Episode, Slot
 from agentrl.rollout.prompts import chat_text, cut_at_stop, encode
 from agentrl.rollout.settings import RolloutSettings
 
+NAN = float("nan")
+
 
 @dataclass
 class GenerateOutput:
     """What a ``generate`` callable may return instead of a bare list of completions.
 
     ``fingerprints[i]`` is the hidden state of prompt i's last token (see ``fingerprint_layer``
-    in ``AgentRLConfig``), or None when the generator does not capture it.
+    in ``AgentRLConfig``), or None when the generator does not capture it. ``logprobs[i][k]`` is
+    the sampler's own log-prob of ``completion_ids[i][k]`` under the distribution it was drawn from
+    (the behaviour log-prob; NaN where the sampler could not score it), or None when the generator
+    gives none (every token NaN).
     """
 
     completion_ids: list[list[int]]
     fingerprints: list[list[float]] | None = None
+    logprobs: list[list[float]] | None = None
 
 
 GenerateFn = Callable[[list[list[int]]], "list[list[int]] | GenerateOutput"]
@@ -151,8 +157,8 @@ class _Rollout:
             n_max = sync(len(active)) if sync is not None else len(active)
             if n_max == 0:
                 break
-            completions, fps = self._generate(active, n_max)
-            self._step(active, completions, fps)
+            completions, fps, logprobs = self._generate(active, n_max)
+            self._step(active, completions, fps, logprobs)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(active=len(active))
@@ -215,11 +221,12 @@ class _Rollout:
             active.append(s)
         return active
 
-    def _generate(self, active: list[Slot], n_max: int) -> tuple[list[list[int]], list | None]:
+    def _generate(self, active: list[Slot], n_max: int) -> tuple[list[list[int]], list | None, list[list[float]]]:
         """One generate call: the active slots' prompts, plus filler prompts up to ``n_max`` (the
         most active slots of any rank) where ranks must pass equal lengths (``pad_batch``), or one
         filler when this rank has none left (its ranks' collectives still need a call). Finished
-        slots are never generated for beyond that."""
+        slots are never generated for beyond that. Returns (completions, fingerprints or None,
+        behaviour log-probs: NaN where the generator gave none), each cut at a stop string."""
         prompts = [s.prompt for s in active]
         if self.dummy is None:
             self.dummy = prompts[0] if prompts else encode(
@@ -232,12 +239,15 @@ class _Rollout:
         out = self.generate(prompts)
         self.timing.generate_s += time.perf_counter() - t0
         self.timing.turns += 1
-        comps, fps = (out.completion_ids, out.fingerprints) if isinstance(out, GenerateOutput) else (out, None)
+        comps, fps, lps = ((out.completion_ids, out.fingerprints, out.logprobs) if isinstance(out, GenerateOutput)
+                           else (out, None, None))
+        if lps is None:
+            lps = [[NAN] * len(c) for c in comps]
         if self.settings.stop_strings:
             comps = [cut_at_stop(list(c), self.tokenizer, self.settings.stop_strings) for c in comps]
-        return comps, fps
+        return comps, fps, [list(lp[:len(c)]) for c, lp in zip(comps, lps, strict=True)]
 
-    def _step(self, active: list[Slot], completions, fps) -> None:
+    def _step(self, active: list[Slot], completions, fps, logprobs) -> None:
         """One step_many for all active slots, then each result applied to its episode."""
         comps = [list(completions[j]) for j in range(len(active))]
         responses = [self.context.response_text(s, c) for s, c in zip(active, comps, strict=True)]
@@ -247,16 +257,16 @@ class _Rollout:
                 # The step that failed is not recorded (there is no reward for it); the episode ends.
                 self._end(s, truncated=True, error=res.reason)
             else:
-                self._apply(s, comps[j], fps[j] if fps is not None else None, responses[j], res)
+                self._apply(s, comps[j], logprobs[j], fps[j] if fps is not None else None, responses[j], res)
 
-    def _apply(self, s: Slot, comp: list[int], fp, response: str, result) -> None:
+    def _apply(self, s: Slot, comp: list[int], logprobs: list[float], fp, response: str, result) -> None:
         obs, reward, terminated, truncated, info = result
         ep = s.ep
         action = history_entry(info, response)  # the same rule the OpenEnv server's prompts use
         valid = bool(info.get("action_valid", parse_action(response) is not None))
         rec = StepRecord(
             group_id=ep.group_id, traj_id=ep.traj_id, t=s.t, obs=s.obs, action=action,
-            reward=float(reward), done=False, action_token_ids=list(comp),
+            reward=float(reward), done=False, action_token_ids=list(comp), behaviour_logps=list(logprobs),
             fingerprint=[float(x) for x in fp] if fp is not None else None,
             state_sig=s.info.get("state_sig"), action_sig=info.get("action_sig"),
             task_family=ep.task_family, valid=valid,
@@ -273,7 +283,7 @@ class _Rollout:
         ep.length += 1
         ep.n_invalid += int(not valid)
         ep.won = bool(info.get("won", ep.won))
-        self.context.append_turn(s, s.prompt, comp)
+        self.context.append_turn(s, s.prompt, comp, logprobs)
         s.history.append((s.obs, action))
         s.obs, s.info = obs, info
         s.t += 1

@@ -1,4 +1,14 @@
-"""Generation helpers: a plain HF ``generate`` callable and the fingerprint capture hook.
+"""Generation helpers: a plain HF ``generate`` callable, the sampler's own log-probs of what HF
+``generate`` drew (``sample_with_logprobs``) and the fingerprint capture hook.
+
+Behaviour log-probs: the log-prob of each sampled token under the distribution ``generate`` drew
+it from, i.e. after every logits processor (repetition penalty, temperature, top-k, top-p): the
+``scores`` that ``generate(output_scores=True, return_dict_in_generate=True)`` returns are exactly
+the processed logits it softmaxes and samples from. Asking for them draws the same tokens (the
+random stream is untouched; a stop check that undoes steps drops their scores too). The cost:
+``generate`` holds one (B, V) float32 tensor per step until it returns, B x V x steps x 4 bytes,
+dropped right after: 8 x 49,152 x 64 = 100 MB for SmolLM2 at the CPU recipes' sizes, 32 x 151,936
+x 512 = 10 GB for a Qwen2.5 body at 512 new tokens (vLLM, the production path, holds none).
 
 Fingerprint (BiPACE Sec. 3.4): f_theta(s_t) = the actor's hidden state at the final prompt token
 at a fixed late layer. The paper runs a *dedicated* forward pass for it (11.3% of a step). We
@@ -13,6 +23,7 @@ L+1 blocks under no_grad (no LM head, no logits).
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from collections.abc import Iterator
 
@@ -141,6 +152,41 @@ def strip_after_eos(row: list[int], eos_ids: set[int]) -> list[int]:
         if t in eos_ids:
             return row[: i + 1]
     return row
+
+
+def sample_with_logprobs(model, **generate_kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """``model.generate(**generate_kwargs)`` -> (new tokens (B, n), their log-probs (B, n) float32)
+    under the distribution each was drawn from (module docstring). Rows that ended early are padded
+    by ``generate``; their log-probs there mean nothing (callers cut both after the first EOS)."""
+    cfg = generate_kwargs.pop("generation_config", None)
+    if cfg is None:
+        generate_kwargs.update(output_scores=True, return_dict_in_generate=True)
+    else:  # on a copy: transformers refuses generation settings beside a generation_config
+        cfg = copy.deepcopy(cfg)
+        cfg.output_scores = cfg.return_dict_in_generate = True
+        generate_kwargs["generation_config"] = cfg
+    out = model.generate(**generate_kwargs)
+    new = out.sequences[:, out.sequences.shape[1] - len(out.scores):]
+    logps = torch.empty(new.shape, dtype=torch.float32, device=new.device)
+    for k, scores in enumerate(out.scores):
+        s = scores.float()
+        logps[:, k] = s.gather(1, new[:, k:k + 1]).squeeze(1) - torch.logsumexp(s, -1)
+    del out
+    return new, logps
+
+
+def cut_rows(tokens: torch.Tensor, logps: torch.Tensor | None, eos_ids) -> tuple[list[list[int]], list[list[float]] | None]:
+    """Each row of ``tokens`` (B, T) up to and including its first EOS (all of it when none), and
+    ``logps`` cut to the same lengths (None stays None)."""
+    eos = sorted(e for e in eos_ids if e is not None)
+    is_eos = torch.isin(tokens, torch.tensor(eos, device=tokens.device, dtype=tokens.dtype))
+    width = tokens.shape[1]
+    ends = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, torch.full_like(is_eos[:, 0], width, dtype=torch.long))
+    ends = ends.tolist()
+    ids = [row[:e] for row, e in zip(tokens.tolist(), ends, strict=True)]
+    if logps is None:
+        return ids, None
+    return ids, [row[:e] for row, e in zip(logps.tolist(), ends, strict=True)]
 
 
 def hf_generate_fn(model, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0,

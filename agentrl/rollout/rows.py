@@ -96,13 +96,15 @@ def balance_rows(rows: list[Row], target: int, pad_id: int, rng: np.random.Gener
 # sees at least the row's first token), and their positions are the ones generation used.
 SEQ_KEYS = ("input_ids", "attention_mask")
 """(B, L) columns: the packed sequences."""
-TOKEN_KEYS = ("completion_ids", "completion_mask", "loss_mask", "advantages", "old_logps", "ref_logps")
+TOKEN_KEYS = ("completion_ids", "completion_mask", "loss_mask", "advantages", "old_logps", "ref_logps", "behaviour_logps")
 """(B, T) columns over the completion positions (right-padded)."""
 
 
 def pack_rows(rows: list[Row], pad_id: int) -> dict[str, torch.Tensor]:
     """The update's tensors of ``rows`` (CPU): packed sequences and completion-aligned columns,
-    plus ``num_items_in_batch`` (this rank's loss tokens; the trainer sums it over ranks)."""
+    plus ``num_items_in_batch`` (this rank's loss tokens; the trainer sums it over ranks).
+    ``behaviour_logps`` is the sampler's log-prob of each completion token, NaN where there is
+    none (env tokens, fillers, padding, a sampler that gave none)."""
     seqs = [torch.tensor(r.prompt + r.completion, dtype=torch.long) for r in rows]
     comps = [torch.tensor(r.completion, dtype=torch.long) for r in rows]
 
@@ -118,8 +120,15 @@ def pack_rows(rows: list[Row], pad_id: int) -> dict[str, torch.Tensor]:
         "completion_mask": right([torch.ones_like(t) for t in comps], 0),
         "loss_mask": loss_mask,
         "advantages": right([torch.tensor(r.adv, dtype=torch.float32) for r in rows], 0.0),
+        "behaviour_logps": right([_behaviour(r) for r in rows], math.nan),
         "num_items_in_batch": loss_mask.sum(),
     }
+
+
+def _behaviour(r: Row) -> torch.Tensor:
+    if r.behaviour_logps is None:
+        return torch.full((len(r.completion),), math.nan)
+    return torch.tensor(r.behaviour_logps, dtype=torch.float32)
 
 
 def take(batch: dict[str, Any], idx: torch.Tensor) -> dict[str, Any]:

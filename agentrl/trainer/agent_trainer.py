@@ -54,11 +54,13 @@ from agentrl.trainer.guard import HeldScheduler, NonFiniteGuard, nonfinite_grads
 from agentrl.trainer.logprobs import completion_logps
 from agentrl.trainer.tasks import EpochTaskOrder, _check_fingerprint_layer, build_task_dataset, env_reward
 from agentrl.trainer.update import (
+    corrects,
     cudnn_attention,
     log_loss_metrics,
     loss_settings,
     ref_logps_of,
     reference_logps,
+    sampler_dtype,
 )
 
 
@@ -103,9 +105,12 @@ class AgentGRPOTrainer(GRPOTrainer):
         self.timings: dict[str, float] = {}
         """Seconds of the parts of the current optimizer step (``time/*``)."""
         self.need_fingerprint = "fingerprint" in credit_needs
-        # Sampling logprobs of env tokens do not exist; TRL's vLLM IS correction would index a
-        # ratio we do not build. Off until per-turn vLLM logprobs are threaded through.
+        # TRL's own vLLM IS ratio is never built: the rollout correction is ours, inside the loss, from
+        # the behaviour log-probs the episodes carry (``agentrl.trainer.update.corrects``).
         self.vllm_importance_sampling_correction = False
+        self.correcting = False
+        """Whether the current rollout's micro-batches carry the sampler's log-probs into the loss
+        (the rollout correction acts: ``agentrl.trainer.update.corrects``)."""
         self.last_rollout: dict[str, Any] | None = None
         """The latest iteration's global records, advantages and this rank's rows (for tests/tools)."""
         self._micro_batches: list[dict[str, Any]] | None = None
@@ -141,7 +146,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             engine=engine, vllm=getattr(self, "vllm_generation", None),
             cb_config=getattr(self, "continuous_batching_config", None),
             cb_dtype=torch.bfloat16 if a.bf16 else torch.float16 if a.fp16 else None,
-            cb_lm_head_fp32=bool(a.cast_lm_head_to_fp32),
+            cb_lm_head_fp32=bool(a.cast_lm_head_to_fp32), sampler_dtype=sampler_dtype(a.sampler_dtype),
             fingerprint_layer=a.fingerprint_layer if self.need_fingerprint else None, seed=a.seed,
             rank=self.accelerator.process_index)
         generation = PolicyGeneration(setup, version=lambda: self.state.global_step)
@@ -169,7 +174,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             model_path=str(self._model_path), model_init_kwargs=init, peft_config=build_peft_config(a),
             generation_config=gen.generation_config, generation_kwargs=gen.generation_kwargs, pad_id=gen.pad_id,
             eos_ids=gen.eos_ids, pad_to_multiple_of=gen.pad_to_multiple_of, fingerprint_layer=gen.fingerprint_layer,
-            autocast="bfloat16" if a.bf16 else "float16" if a.fp16 else None,
+            autocast="bfloat16" if a.bf16 else "float16" if a.fp16 else None, sampler_dtype=gen.sampler_dtype,
             plan=TaskPlan.of(self.train_dataset, a, ranks.world), rank=ranks.rank, world=ranks.world,
             max_staleness=a.max_staleness, first_iteration=0, threads=a.async_producer_threads,
             env_modules=list(a.env_modules or []), sys_path=list(sys.path))
@@ -211,6 +216,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         batch = self.source.next(inputs, self.state.global_step, training=self.model.training)
         episodes = batch.episodes
+        self.correcting = corrects(self, batch)
         credited = self._gather_and_credit(episodes)
         t0 = time.perf_counter()
         rows, counts = self.runner.rows(episodes, credited, mode)
@@ -371,6 +377,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         out = self.runner.micro_batches(batch, mode)
         t1 = time.perf_counter()
         for mb in out:
+            if not self.correcting:  # the sampler is the learner: no correction, no extra forward
+                mb.pop("behaviour_logps", None)
             mb.update(reference_logps(self, mb))
         self.timings["rows_s"] = self.timings.get("rows_s", 0.0) + t1 - t0
         self.timings["logps_s"] = self.timings.get("logps_s", 0.0) + time.perf_counter() - t1

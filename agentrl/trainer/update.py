@@ -46,11 +46,28 @@ def correction_settings(a) -> CorrectionSettings:
                               clip_min=a.vllm_importance_sampling_clip_min, veto=a.rollout_correction_veto)
 
 
-def needs_old_logps(trainer) -> bool:
-    """Whether a rollout's rows train in more than one optimizer step (or iteration), so the ratio
-    needs the log-probs they were generated with (else old = the loss's own, detached)."""
+def needs_old_logps(trainer, mb: dict[str, Any]) -> bool:
+    """Whether ``mb`` needs the learner's log-probs before the rollout's first update: its rows train
+    in more than one optimizer step (or iteration), so the ratio needs them (else old = the loss's
+    own, detached); or it carries the sampler's log-probs (``corrects``), which the rollout
+    correction compares with them (TRL computes them whenever its vLLM correction is on)."""
     a = trainer.args
-    return a.gradient_accumulation_steps % (a.steps_per_generation * trainer.num_iterations) != 0
+    return a.gradient_accumulation_steps % (a.steps_per_generation * trainer.num_iterations) != 0 or (
+        "behaviour_logps" in mb)
+
+
+def corrects(trainer, batch) -> bool:
+    """Whether the rollout correction acts on ``batch`` (a ``RolloutBatch``): its sampler can differ
+    from the learner (``RolloutBatch.sampler_differs``: vLLM, ``sampler_dtype``, an asynchronous
+    producer's older weights) and the recipe leaves ``vllm_importance_sampling_correction`` on
+    (TRL's default). Elsewhere the sampler IS the learner: the behaviour log-probs stay with the
+    episodes and rows, and the update is what it was (no weights, no extra forward)."""
+    return bool(batch.sampler_differs and trainer.args.vllm_importance_sampling_correction)
+
+
+def sampler_dtype(name: str | None) -> torch.dtype | None:
+    """The torch dtype of the recipe key ``sampler_dtype`` (None: the model's own)."""
+    return None if name is None else {"bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
 @torch.no_grad()
@@ -61,7 +78,7 @@ def reference_logps(trainer, mb: dict[str, Any]) -> dict[str, torch.Tensor]:
     exactly 0 on deterministic kernels."""
     out = {}
     autocast = trainer.accelerator.autocast
-    if needs_old_logps(trainer):
+    if needs_old_logps(trainer, mb):
         with trainer.runner.policy(mb):
             out["old_logps"] = completion_logps(trainer.runner.loss_model(mb), mb, autocast)[0]
     if trainer.beta != 0.0:

@@ -59,6 +59,7 @@ def test_staleness_zero_is_the_synchronous_run_bit_for_bit(tmp_path, tiny_model_
     assert any(not torch.equal(init[n], want[n]) for n in want if n in init)
     stale = [h["async/staleness_max"] for h in asy.state.log_history if "async/staleness_max" in h]
     assert stale == [0.0, 0.0, 0.0, 0.0]
+    assert not any("correction/ess" in h for h in asy.state.log_history)  # the sampler is the learner
 
 
 def test_staleness_one_trains_on_episodes_one_version_behind(tmp_path, tiny_model_dir):
@@ -71,6 +72,11 @@ def test_staleness_one_trains_on_episodes_one_version_behind(tmp_path, tiny_mode
     stale = [h["async/staleness_max"] for h in tr.state.log_history if "async/staleness_max" in h]
     assert stale == [0.0, 1.0, 1.0, 1.0]
     assert all(h["async/dropped_groups"] == 0.0 for h in tr.state.log_history if "async/dropped_groups" in h)
+    # the rollout correction acts where the episodes are older than the learner (TRL's default
+    # sequence_mask, C = 3): steps 2-4, not step 1 (version 0 = the learner's own weights)
+    corrected = [h["step"] for h in tr.state.log_history if "correction/mismatch_k3" in h]
+    assert corrected == [2, 3, 4]
+    assert all(h["correction/mismatch_k3"] > 0 for h in tr.state.log_history if "correction/mismatch_k3" in h)
 
 
 def test_the_staleness_filter_drops_whole_groups_older_than_k():

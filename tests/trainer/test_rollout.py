@@ -207,7 +207,7 @@ class EchoContext(Context):
 
     next_prompt = first_prompt
 
-    def append_turn(self, slot, prompt, completion):
+    def append_turn(self, slot, prompt, completion, logprobs):
         slot.ep.tokens.turns.append((list(prompt), list(completion)))
 
     def rows(self, episode, advantages):
