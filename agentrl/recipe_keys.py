@@ -147,6 +147,13 @@ class AgentKeys:
                             ">= 0 or 'auto'")
     env_timeout_s: float = knob(300.0, "Seconds one env call may take in a worker before its episode ends as an "
                                 "error.", ROLLOUT, lambda v: v > 0, "> 0")
+    max_env_failure_rate: float = knob(1.0, "Share of an iteration's episodes that, ended on an env error, make it a "
+                                       "failed iteration (so does an iteration that leaves no real training row); "
+                                       "each iteration with failures prints their count and the first one's reason "
+                                       "(agentrl.rollout.failures).", ROLLOUT, lambda v: 0 < v <= 1, "in (0, 1]")
+    max_env_failure_iterations: int = knob(3, "Failed iterations (max_env_failure_rate) in a row that stop the run with "
+                                           "one line and exit 2; a run all of whose iterations failed ends with exit 2 "
+                                           "too (0: never stop).", ROLLOUT, at_least(0), ">= 0 (0: never stop)")
 
     # --- credit
     credit: str = knob("grpo", "Credit module name (agentrl.credit).", CREDIT, identity=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 from agentrl.cli_args import both_spellings
 from agentrl.recipe_file import first_line
+from agentrl.records import is_step_record
 
 
 class ShowError(Exception):
@@ -72,10 +73,14 @@ def other_advantages(records: list[dict], names: list[str], kw: dict[str, dict])
     from agentrl import credit
 
     out: dict[str, list | str] = {}
+    steps = [i for i, r in enumerate(records) if is_step_record(r)]  # not the markers of episodes that never stepped
     for name in names:
         try:
-            res = credit.compute(name, records, **kw.get(name, {}))
-            out[name] = [float(a) for a in res.step_advantages]
+            res = credit.compute(name, [records[i] for i in steps], **kw.get(name, {}))
+            adv = [float("nan")] * len(records)
+            for i, a in zip(steps, res.step_advantages, strict=True):
+                adv[i] = float(a)
+            out[name] = adv
         except (ValueError, TypeError, KeyError) as e:
             out[name] = f"not computed: {first_line(e)}"
     return out
@@ -91,10 +96,14 @@ def show_traj(records: list[tuple[int, dict]], advs: dict[str, list | str], run_
     won = any(r.get("won") for _, r in records)
     ret = sum(float(r.get("reward", 0.0)) for _, r in records)
     lines = [f"trajectory {first.get('traj_id')}  group {first.get('group_id')}  family "
-             f"{first.get('task_family') or '-'}  steps {len(records)}  return {ret:.3f}  "
-             f"{'WON' if won else 'not won'}"]
+             f"{first.get('task_family') or '-'}  steps {sum(is_step_record(r) for _, r in records)}  return "
+             f"{ret:.3f}  {'WON' if won else 'not won'}"]
     for i, r in records:
         info = r.get("info") or {}
+        if not is_step_record(r):
+            lines.append(f"  no step: the episode ended on an env error before its first step: "
+                         f"{_clip(info.get('error'), width)}")
+            continue
         adv = [f"{run_name} {info['advantage']:+.4f}"] if "advantage" in info else []
         adv += [f"{n} {a[i]:+.4f}" for n, a in advs.items() if isinstance(a, list)]
         valid = r.get("valid", True)
@@ -104,6 +113,9 @@ def show_traj(records: list[tuple[int, dict]], advs: dict[str, list | str], run_
         resp = info.get("response")
         lines.append(f"    response:    {_clip(resp, width) if resp is not None else '(not saved by this run)'}")
         lines.append(f"    action:      {_clip(r.get('action'), width)}{'' if valid else '   [INVALID]'}")
+        if info.get("error"):
+            lines.append(f"    error:       {_clip(info['error'], width)}   (the call after this step failed: "
+                         "the episode ended here)")
     return lines
 
 
@@ -112,12 +124,19 @@ def group_table(records: list[dict]) -> list[str]:
     for r in records:
         g = groups.setdefault(str(r.get("group_id")), {})
         g.setdefault(str(r.get("traj_id")), []).append(r)
-    lines = [f"{len(records)} step records, {len(groups)} groups; show one with --group ID or --traj ID",
-             f"{'group':<20} {'trajectories':>12} {'won':>5} {'mean steps':>11}  first traj"]
+    n_steps = sum(is_step_record(r) for r in records)
+    lines = [f"{n_steps} step records, {len(groups)} groups; show one with --group ID or --traj ID",
+             f"{'group':<20} {'trajectories':>12} {'won':>5} {'mean steps':>11} {'errors':>7}  first traj"]
     for gid, trajs in groups.items():
         won = sum(any(r.get("won") for r in recs) for recs in trajs.values())
-        steps = sum(len(v) for v in trajs.values()) / len(trajs)
-        lines.append(f"{gid:<20} {len(trajs):>12} {won:>5} {steps:>11.1f}  {next(iter(trajs))}")
+        steps = sum(sum(is_step_record(r) for r in v) for v in trajs.values()) / len(trajs)
+        errors = sum(any((r.get("info") or {}).get("error") for r in recs) for recs in trajs.values())
+        lines.append(f"{gid:<20} {len(trajs):>12} {won:>5} {steps:>11.1f} {errors:>7}  {next(iter(trajs))}")
+    errs = [r for r in records if (r.get("info") or {}).get("error")]
+    if errs:
+        first = errs[0]
+        lines.append(f"{len(errs)} episode(s) ended on an env error; first: {first.get('traj_id')} t={first.get('t')}: "
+                     f"{first['info']['error']}")
     return lines
 
 

@@ -286,11 +286,13 @@ def main(argv: list[str] | None = None) -> int:
         left = clear_staging(cfg.output_dir)
         if left:
             _say(f"removed {', '.join(left)}: half-written by a killed run")
+    from agentrl.rollout.failures import EnvFailureStop
     from agentrl.trainer.guard import NonFiniteStop
 
     try:
         trainer.train(resume_from_checkpoint=resume)
-    except (NonFiniteStop, RecipeError) as e:  # every rank stops alike: a global verdict, or the
+        trainer.env_failures.check_end()  # a run that trained on nothing but env failures
+    except (NonFiniteStop, EnvFailureStop, RecipeError) as e:  # every rank stops alike: a global verdict, or the
         if trainer.accelerator.is_main_process:  # checkpoint all ranks were asked to resume from
             _fail("agentrl train", e)
         _leave_together(trainer)

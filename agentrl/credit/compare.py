@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..records import is_step_record
 from . import available, compute, requirements, validate
 from .batch import Batch, sorted_rank
 
@@ -82,18 +83,20 @@ def disagreements(records: list[dict], adv: dict[str, np.ndarray], top: int) -> 
 
 def load_rollouts(path: str | Path) -> list[dict[str, Any]]:
     """Records of one JSONL file, or of every ``*.jsonl`` in a folder (a run's output folder:
-    its ``rollouts/``), files in natural order. With several files each one is a training batch:
+    its ``rollouts/``), files in natural order; the markers of episodes that failed before their
+    first step are left out (they have no step to credit). With several files each one is a training batch:
     its group and trajectory ids are prefixed with the file's name, so groups of different
     iterations never mix (credit compares only inside a group)."""
     from ..records import read_jsonl
 
     p = Path(path)
-    if p.is_dir() and not any(p.glob("*.jsonl")) and (p / "rollouts").is_dir():
+    if p.is_dir() and any((p / "rollouts").glob("*.jsonl")):  # a run folder (it holds metrics.jsonl too)
         p = p / "rollouts"
     if p.is_dir():
         files = list(p.glob("*.jsonl"))
         if not files:
-            raise ValueError(f"{path}: no *.jsonl files")
+            raise ValueError(f"{path}: no saved rollouts (*.jsonl, or a run folder's rollouts/: train with "
+                             "save_rollouts: true)")
         files = [files[i] for i in np.argsort(sorted_rank([f.name for f in files]), kind="stable")]
     else:
         files = [p]
@@ -102,6 +105,7 @@ def load_rollouts(path: str | Path) -> list[dict[str, Any]]:
         recs = list(read_jsonl(f))
         if not all(isinstance(r, dict) for r in recs):
             raise ValueError(f"{f}: every line must be a JSON object")
+        recs = [r for r in recs if is_step_record(r)]  # episodes that never stepped
         if len(files) > 1:
             for r in recs:
                 for k in ("group_id", "traj_id"):

@@ -190,7 +190,8 @@ def _env(args: argparse.Namespace) -> int:
     print(tool_tables(results) if has_tool_scores(results) else markdown_table(results, "success"))
     errors = sum(r.all.get("error_episodes", 0) for r in results)
     if errors:
-        print(f"\nwarning: {errors} episode(s) ended on an env error (counted as failures; see the JSON)")
+        first = next(r.first_error for r in results if r.first_error)
+        print(f"\nwarning: {errors} episode(s) ended on an env error (counted as failures); first: {first}")
     env_id = results[0].env_id
     if "WebShop" in env_id:
         print("\nScore:\n" + markdown_table(results, "score"))

@@ -46,6 +46,7 @@ from agentrl.losses import LossBatch
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode, GenerateOutput, RolloutTiming, run_episodes
+from agentrl.rollout.failures import EnvFailureWatch
 from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
 from agentrl.rollout.metrics import episode_metrics, episode_summary
 from agentrl.rollout.rows import (
@@ -103,6 +104,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         self.loss_name, self.loss_options = algorithm.loss(args)
         """The registered policy loss (``agentrl.losses``) and its own options."""
         self.guard = NonFiniteGuard(args.nonfinite_max_consecutive)
+        self.env_failures = EnvFailureWatch(args.env_id, args.max_env_failure_rate, args.max_env_failure_iterations)
         self.skip_update = False
         """Whether the non-finite guard refused the optimizer step that ends at this micro-step."""
         self.last_loss: losses.LossOutput | None = None
@@ -358,6 +360,11 @@ class AgentGRPOTrainer(GRPOTrainer):
             values["credit/adv_mean"] = float(np.mean(credited.advantages))
             values["credit/adv_abs_mean"] = float(np.mean(np.abs(credited.advantages)))
         values.update(self.algorithm.metrics(self))
+        if mode == "train":  # env failures: counted, the first one said, a stop when nothing trains
+            values.update(self.env_failures.observe(
+                episodes, counts.real, self.state.global_step + 1,
+                lambda x: gather_object([x]) if self.accelerator.num_processes > 1 else [x],
+                (lambda m: print(m, flush=True)) if self.accelerator.is_main_process else None))
         for k, v in values.items():
             m[k].append(v)
 
@@ -370,6 +377,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             d = r.to_dict()
             d.setdefault("info", {})["advantage"] = float(adv)
             dicts.append(d)
+        dicts += self.env_failures.take_records()  # episodes that failed before their first step
         write_jsonl(dicts, Path(self.args.output_dir) / "rollouts" / f"iter_{self.state.global_step:05d}.jsonl")
 
     def completion_logps(self, prompts: list[list[int]], completions: list[list[int]], entropy: bool = False,
@@ -512,6 +520,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             m[f"time/{k}"].append(self.timings.pop(k, 0.0))
         self._update_s = 0.0
         self.guard.check_stop()
+        self.env_failures.check_stop()
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """TRL's log; then a non-finite training loss, just logged as it was, leaves the Trainer's
