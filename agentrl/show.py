@@ -6,7 +6,9 @@ env parsed from it (and whether it was valid), the reward, and the step's advant
 run's own estimator (saved with the records) and under any others asked for with
 ``--estimators`` (``agentrl.credit.compute`` over the whole file, since advantages compare an
 episode with its group). The run's estimator and its kwargs are read from the run folder's
-``recipe.yaml`` when it is there. Without ``--traj`` or ``--group``: one line per group.
+``recipe.yaml`` when it is there (its ``env_modules`` are imported, and ``--env-modules`` names
+more: a plug-in's estimators can be asked for). An episode that ended on an env error shows the
+error. Without ``--traj`` or ``--group``: one line per group.
 """
 
 from __future__ import annotations
@@ -17,32 +19,13 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from agentrl.cli_args import both_spellings
+from agentrl.cli_args import add_env_modules, both_spellings
 from agentrl.recipe_file import first_line
 from agentrl.records import is_step_record
 
 
 class ShowError(Exception):
     """Bad input: one line, exit code 2."""
-
-
-def run_credit_settings(rollouts: Path) -> tuple[str | None, dict[str, Any]]:
-    """The run's estimator and its kwargs (gamma + credit_kwargs) from ``recipe.yaml`` beside
-    the rollouts folder; (None, {}) when there is none."""
-    import yaml
-
-    for folder in (rollouts.parent, rollouts.parent.parent):
-        p = folder / "recipe.yaml"
-        if p.is_file():
-            try:
-                data = yaml.safe_load(p.read_text()) or {}
-            except yaml.YAMLError:
-                return None, {}
-            if isinstance(data, dict) and data.get("credit"):
-                kw = {"gamma": data["gamma"]} if "gamma" in data else {}
-                kw.update(data.get("credit_kwargs") or {})
-                return str(data["credit"]), kw
-    return None, {}
 
 
 def load_records(path: str) -> list[dict[str, Any]]:
@@ -141,7 +124,8 @@ def group_table(records: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agentrl.credit.compare import _parse_kw
+    from agentrl.credit.compare import _parse_kw, run_credit, with_run_settings
+    from agentrl.plugins import import_for
 
     ap = argparse.ArgumentParser(prog="agentrl show", description=__doc__.split("\n\n")[1].replace("\n", " "))
     ap.add_argument("rollouts", help="JSONL step records (output_dir/rollouts/iter_XXXXX.jsonl), or a run "
@@ -153,8 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="EST.KWARG=VALUE",
                     help="estimator kwarg, repeatable (the run's gamma is used unless set)")
     ap.add_argument("--width", type=int, default=160, help="characters per text field (0 = all)")
+    add_env_modules(ap)
     args = both_spellings(ap).parse_args(argv)
     try:
+        try:
+            import_for(args.rollouts, args.env_modules)  # the run's plug-ins, then the flag's
+        except ValueError as e:
+            raise ShowError(str(e)) from None
         records = load_records(args.rollouts)
         if args.traj is None and args.group is None:
             print("\n".join(group_table(records)))
@@ -164,18 +153,12 @@ def main(argv: list[str] | None = None) -> int:
         if not chosen:
             some = list(OrderedDict.fromkeys(str(r.get(key)) for r in records))[:5]
             raise ShowError(f"no {key} {wanted!r} in {args.rollouts}; e.g. {', '.join(some)}")
-        run_name, run_kw = run_credit_settings(Path(args.rollouts))
+        run_name, run_kw = run_credit(args.rollouts)
         names = [n.strip() for n in (args.estimators or "").split(",") if n.strip()]
         try:
-            kw = _parse_kw(args.set)
+            kw = with_run_settings(names, _parse_kw(args.set), run_name, run_kw)
         except ValueError as e:
             raise ShowError(str(e)) from None
-        if "gamma" in run_kw:
-            from agentrl import credit
-
-            for n in names:
-                if n in credit.available() and "gamma" in credit.describe(n)["kwargs"]:
-                    kw.setdefault(n, {}).setdefault("gamma", run_kw["gamma"])
         advs = other_advantages(records, names, kw)
     except ShowError as e:
         print(f"agentrl show: {e}", file=sys.stderr)

@@ -40,9 +40,9 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
      "environments: their own installable package, importing nothing from agentrl"),
     ("base", ("agentrl$", "agentrl.records", "agentrl.recipe_file", "agentrl.recipe_keys", "agentrl.checkpoints",
               "agentrl.runinfo",
-              "agentrl.models", "agentrl.cli_args", "agentrl.registry"),
+              "agentrl.models", "agentrl.cli_args", "agentrl.registry", "agentrl.plugins"),
      "records, recipe files and keys, checkpoint folders, run metadata, model registry, flag spelling, plug-in "
-     "registries"),
+     "registries and plug-in modules"),
     ("credit", ("agentrl.credit", "agentrl.losses"),
      "credit estimators and policy losses: advantages from records, a loss from log-probs"),
     ("rollout", ("agentrl.rollout",),

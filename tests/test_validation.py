@@ -42,13 +42,23 @@ def _check(argv, capsys):
     (dict(max_steps=0), [], "max_steps must be >= 1"),  # was: trained one step and exited 0
     (dict(gamma=1.5), [], "gamma must be in [0, 1]"),
     (dict(credit_kwargs={"gamma": 0.9}), [], "gamma is set twice"),
-    (dict(context_mode="sideways"), [], "context_mode must be one of"),
+    (dict(context_mode="sideways"), [], "context_mode: unknown context 'sideways'; registered: window, trajectory"),
     (dict(stop_strings=["</python>", ""]), [], "stop_strings must be a list of non-empty strings"),
     (dict(stop_strings="</python>"), [], "stop_strings must be a list of non-empty strings"),
     (dict(task_seeds=[3, 3]), [], "task_seeds must be a non-empty list of distinct integers >= 0, got [3, 3]"),
     (dict(task_seeds=[]), [], "task_seeds must be a non-empty list"),
     (dict(task_seeds=[1, -2]), [], "task_seeds must be a non-empty list"),
     (dict(task_seeds=[1, 2.5]), [], "task_seeds must be a non-empty list"),
+    # names: each message says the thing once, with a did-you-mean and the registered names
+    (dict(credit="gipgo"), [], "unknown credit estimator 'gipgo' (did you mean 'gigpo'?); registered: grpo, rloo, "),
+    (dict(credit="gigpo", credit_kwargs={"eps": 0.1}), [], "credit estimator 'gigpo' has no kwarg 'eps' (its kwargs: "),
+    (dict(algorithm="apo"), [], "unknown algorithm 'apo' (did you mean 'appo'?); registered: grpo, appo, collab"),
+    (dict(loss_type="dapoo"), [], "loss_type: unknown policy loss 'dapoo' (did you mean 'dapo'?); registered: "),
+    # a loss that needs its algorithm's settings, under another one: refused here, not a KeyError at the first update
+    (dict(loss_type="appo"), [], "loss_type 'appo' is algorithm 'appo''s own loss (it reads the settings that algorithm "
+                                 "gives it): set algorithm: appo, or under 'grpo' a loss_type of "),
+    (dict(env_id="agentrl/TextKraft-v0"), [], "unknown env id 'agentrl/TextKraft-v0' (did you mean "
+                                              "'agentrl/TextCraft-v0'?); valid: "),
 ])
 def test_value_checks_one_line_exit_2(tmp_path, capsys, kw, extra, needle):
     rc, err = _check([_recipe(tmp_path, **kw), *extra], capsys)

@@ -8,7 +8,14 @@ without it, ``algorithm_name`` infers it from the credit module: a collaboration
 
 from __future__ import annotations
 
-from agentrl.algorithms.base import Advantages, Algorithm, algorithm_names, get_algorithm, register_algorithm
+from agentrl.algorithms.base import (
+    Advantages,
+    Algorithm,
+    algorithm_names,
+    get_algorithm,
+    loss_owner,
+    register_algorithm,
+)
 
 from . import appo, collab  # noqa: F401,E402  (register the built-in plug-ins)
 
@@ -40,4 +47,4 @@ def check(cfg) -> None:
 
 
 __all__ = ["Advantages", "Algorithm", "algorithm_name", "algorithm_names", "check", "for_config", "get_algorithm",
-           "register_algorithm"]
+           "loss_owner", "register_algorithm"]

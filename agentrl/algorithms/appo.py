@@ -161,6 +161,8 @@ class Appo(Algorithm):
     Eq. 7 inputs and outputs (numpy) are the trainer's ``last_loss.debug``.
     """
 
+    own_losses = ("appo",)
+
     def __init__(self, config=None):
         super().__init__(config)
         self.kwargs = appo_kwargs(config) if config is not None else {}
@@ -179,6 +181,9 @@ class Appo(Algorithm):
         if kw["omega_baseline"] == "ref" and kw["budget"] > 0 and cfg.beta == 0 and not cfg.use_peft:
             raise RecipeError("credit appo with omega_baseline 'ref' needs a reference model: set beta > 0 "
                               "(the authors use 0.001) or use_peft: true, or omega_baseline: behaviour")
+        if kw["b"] and cfg.loss_type in self.own_losses:
+            raise RecipeError("under algorithm appo, loss_type is the reduction Eq. 7 is applied with (dapo, bnpo, "
+                              "grpo, dr_grpo, ...), not 'appo' itself")
         if kw["b"] and getattr(cfg, "use_liger_kernel", False):
             raise RecipeError("credit appo's future-aware term (b > 0) needs TRL's own loss: "
                               "set use_liger_kernel: false")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from agentrl.registry import Param, class_registrar, resolve_params
+from agentrl.registry import Param, Registry, resolve_params
 
 if TYPE_CHECKING:
     from agentrl.algorithms.runner import UpdateRunner
@@ -65,6 +65,9 @@ class Algorithm:
     name: ClassVar[str] = "grpo"
     params: ClassVar[dict[str, Param]] = {}
     """The algorithm's kwargs (recipe key ``algorithm_kwargs``), checked when the recipe loads."""
+    own_losses: ClassVar[tuple[str, ...]] = ()
+    """Registered policy losses that only this algorithm can drive (they read the options its
+    ``loss`` hook gives): a recipe naming one under another algorithm is refused at check time."""
 
     def __init__(self, config=None):
         self.config = config
@@ -107,10 +110,10 @@ class Algorithm:
         return UpdateRunner(trainer)
 
 
-_ALGORITHMS: dict[str, type[Algorithm]] = {}
+_ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
 
 
-register_algorithm = class_registrar(_ALGORITHMS, "algorithm")
+register_algorithm = _ALGORITHMS.register
 """Class decorator: register an ``Algorithm`` subclass under ``name`` (duplicates refused)."""
 
 register_algorithm("grpo")(Algorithm)
@@ -121,9 +124,13 @@ def algorithm_names() -> list[str]:
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
-    if name not in _ALGORITHMS:
-        raise KeyError(f"unknown algorithm {name!r}; registered: {', '.join(algorithm_names())}")
-    return _ALGORITHMS[name]
+    """The algorithm registered as ``name``; a one-line ValueError with a did-you-mean otherwise."""
+    return _ALGORITHMS.lookup(name)
+
+
+def loss_owner(loss: str) -> str | None:
+    """The algorithm that declares ``loss`` its own (``Algorithm.own_losses``), or None."""
+    return next((name for name, cls in _ALGORITHMS.items() if loss in cls.own_losses), None)
 
 
 def resolve_kwargs(cls: type[Algorithm], config) -> dict[str, Any]:

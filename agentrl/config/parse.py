@@ -16,6 +16,7 @@ import sys
 import warnings
 from typing import Any
 
+from agentrl.plugins import import_plugins, recipe_dirs
 from agentrl.recipe_file import RecipeError, apply_recipe_env, first_line, read_recipe_file
 from agentrl.recipe_keys import agent_defaults, json_keys
 
@@ -163,6 +164,7 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
     cfg = _parse(data, overrides)
     given = set(data) | {_key(t) for t in overrides if t.startswith("--")}
     cfg.recipe_keys = sorted(k for k in given if k in config_keys())  # what runinfo.resolved_recipe writes back
+    import_plugins(cfg.env_modules, recipe_dirs(path))  # before any name is checked: they register names
     validate_config(cfg)
     if notice and os.environ.get("LOCAL_RANK", "0") == "0" and not os.environ.get("AGENTRL_RECIPE_VALIDATED"):
         print(f"agentrl: {notice}", file=sys.stderr)

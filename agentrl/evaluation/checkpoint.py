@@ -296,6 +296,7 @@ def evaluate(
     from agentrl_envs.probe import probe_task
 
     from agentrl.config.build import rollout_settings
+    from agentrl.plugins import import_for
     from agentrl.rollout import hf_generate_fn, run_episodes
     from agentrl.rollout.failures import describe as describe_failure
     from agentrl.rollout.failures import failure_summary
@@ -312,11 +313,7 @@ def evaluate(
     if datasets:
         v["env_kwargs"] = with_datasets(v["env_kwargs"], datasets, split)
         families = list(families or datasets)
-    if st.env_modules:
-        import importlib
-
-        for m in st.env_modules:
-            importlib.import_module(m)
+    import_for(checkpoint, None)  # the run's env_modules (recipe.yaml), where it found them (run_info.json)
     seeds = list(seeds) if seeds else list(range(seed_start, seed_start + episodes))
     options: dict[str, Any] = {"split": split}
     if families:

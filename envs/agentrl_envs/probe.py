@@ -12,6 +12,17 @@ from typing import Any
 NAMESPACE = "agentrl/"
 
 
+def _ids_before_ours() -> frozenset[str]:
+    from gymnasium.envs.registration import registry
+
+    return frozenset(k for k in registry if not k.startswith(NAMESPACE))
+
+
+BEFORE_AGENTRL = _ids_before_ours()
+"""The ids gymnasium (and anything imported before this package) registered: not ours, not a
+plug-in's, so never listed as a choice (this module runs before ``agentrl_envs`` registers its ids)."""
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message (its type name when the message is empty):
     what a one-line error shows of a library's multi-line message."""
@@ -20,23 +31,27 @@ def first_line(e: BaseException) -> str:
 
 
 def registered_env_ids() -> list[str]:
-    """The registered ``agentrl/*`` env ids, sorted (agentrl's own and any an env module added)."""
+    """The env ids a run can name, sorted: agentrl's own (``agentrl/*``) and every id a plug-in
+    module registered (gymnasium's own are left out)."""
     from gymnasium.envs.registration import registry
 
     import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
 
-    return sorted(k for k in registry if k.startswith(NAMESPACE))
+    return sorted(k for k in registry if k not in BEFORE_AGENTRL)
 
 
 def check_env_id(env_id: str) -> None:
-    """ValueError, one line naming the valid ids, unless ``env_id`` is registered with gymnasium
-    (import an env module that registers its ids before asking)."""
+    """ValueError, one line with a did-you-mean and the valid ids, unless ``env_id`` is registered
+    with gymnasium (import an env module that registers its ids before asking)."""
     from gymnasium.envs.registration import registry
 
     import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
+    from agentrl_envs.registry import did_you_mean
 
-    if env_id not in registry:
-        raise ValueError(f"unknown env id {env_id!r}; valid: {', '.join(registered_env_ids())}")
+    if not isinstance(env_id, str) or env_id not in registry:
+        ids = registered_env_ids()
+        raise ValueError(f"unknown env id {env_id!r}{did_you_mean(env_id, ids)}; valid: {', '.join(ids)} "
+                         "(an env of your own: name its module in env_modules / --env-modules)")
 
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None):

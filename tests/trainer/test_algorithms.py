@@ -44,8 +44,10 @@ def test_duplicate_names_are_refused(monkeypatch):
     assert algorithms.algorithm_names() == ["appo", "collab", "grpo"]
     with pytest.raises(ValueError, match="algorithm 'appo' is already registered"):
         register_algorithm("appo")(type("Other", (Algorithm,), {}))
-    with pytest.raises(KeyError, match="unknown algorithm 'x'; registered: appo, collab, grpo"):
+    with pytest.raises(ValueError, match="^unknown algorithm 'x'; registered: grpo, appo, collab$"):
         algorithms.get_algorithm("x")
+    with pytest.raises(ValueError, match=r"^unknown algorithm 'apo' \(did you mean 'appo'\?\); registered: "):
+        algorithms.get_algorithm("apo")
 
 
 def test_default_hooks_are_the_credit_module_and_the_recipes_loss():
@@ -86,7 +88,7 @@ def test_algorithm_kwargs_are_checked_against_the_declared_params():
     Tempered.name = "tempered"
     assert Tempered(_cfg(algorithm_kwargs={"temperature": 2})).kwargs == {"temperature": 2.0}
     assert Tempered(_cfg(algorithm_kwargs=None)).kwargs == {"temperature": 1.0}
-    with pytest.raises(ValueError, match="algorithm 'tempered' has no kwarg 'temp' .its kwargs: temperature"):
+    with pytest.raises(ValueError, match=r"algorithm 'tempered' has no kwarg 'temp' \(did you mean 'temperature'\?\) \(its kwargs: temperature\)"):
         Tempered(_cfg(algorithm_kwargs={"temp": 2}))
     with pytest.raises(ValueError, match=r"algorithm 'tempered': kwarg temperature=-1.0 must be >= 0.0"):
         Tempered(_cfg(algorithm_kwargs={"temperature": -1}))
