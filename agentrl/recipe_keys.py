@@ -95,11 +95,15 @@ class AgentKeys:
                                                  "decoder.", MODEL)
 
     # --- environment and tasks
-    env_id: str = knob("agentrl/TextCraft-v0", "Gymnasium id of the env (agentrl/*).", ENV, episode=True, identity=True)
+    env_id: str = knob("agentrl/TextCraft-v0", "Gymnasium id of the env: agentrl's (agentrl/*) or one a module in "
+                       "env_modules registers (`agentrl check-recipe --list` prints them).", ENV, episode=True,
+                       identity=True)
     env_kwargs: dict | str | None = knob(None, "Keyword arguments for gymnasium.make (a mapping, or a JSON string "
                                          "on the CLI).", ENV, json_value=True, episode=True)
-    env_modules: list[str] | None = knob(None, "Extra modules imported before the recipe is checked: they register "
-                                         "env ids, contexts, credit estimators, algorithms and policy losses.", ENV, episode=True)
+    env_modules: list[str] | None = knob(None, "Plug-in modules imported before the recipe is checked: they register "
+                                         "env ids, contexts, credit estimators, algorithms and policy losses. Looked "
+                                         "for on Python's path, in the recipe's folder and in the working folder "
+                                         "(agentrl.plugins; docs/extending.md).", ENV, episode=True)
     task_split: str = knob("train", "Reset option 'split' of the training tasks.", ENV)
     task_families: list[str] | None = knob(None, "Reset option 'families' (None = all of the env's families).", ENV)
     task_options: dict | str | None = knob(None, "Extra reset options merged into every task (mapping or JSON).",
@@ -112,8 +116,9 @@ class AgentKeys:
                                         "a non-empty list of distinct integers >= 0")
 
     # --- rollout
-    context_mode: str = knob("window", "'window' (one row per step, last history_length steps in the prompt) or "
-                             "'trajectory' (one row per episode, env tokens masked).", ROLLOUT, episode=True, identity=True)
+    context_mode: str = knob("window", "A registered context: 'window' (one row per step, last history_length steps "
+                             "in the prompt), 'trajectory' (one row per episode, env tokens masked), or one a plug-in "
+                             "registers.", ROLLOUT, episode=True, identity=True)
     history_length: int = knob(2, "(obs, action) pairs in a window prompt.", ROLLOUT, at_least(0), ">= 0", episode=True)
     max_turns: int | None = knob(None, "Step cap per episode (default: the env's limit).", ROLLOUT,
                                  optional_at_least(1), ">= 1", episode=True)
@@ -156,7 +161,8 @@ class AgentKeys:
                                            "too (0: never stop).", ROLLOUT, at_least(0), ">= 0 (0: never stop)")
 
     # --- credit
-    credit: str = knob("grpo", "Credit module name (agentrl.credit).", CREDIT, identity=True)
+    credit: str = knob("grpo", "A registered credit estimator (agentrl.credit; `agentrl check-recipe --list` prints "
+                       "them, a plug-in's included).", CREDIT, identity=True)
     credit_kwargs: dict | str | None = knob(None, "Keyword arguments of the credit module (mapping or JSON); "
                                             "gamma is the top-level key.", CREDIT, json_value=True)
     gamma: float = knob(0.95, "Discount for returns-to-go in step-level credit.", CREDIT, lambda v: 0 <= v <= 1,
@@ -166,12 +172,12 @@ class AgentKeys:
                                   "1.5B). Only computed when the credit module needs fingerprints.", CREDIT)
 
     # --- algorithm and update
-    algorithm: str | None = knob(None, "The algorithm plug-in (agentrl.algorithms: grpo, appo, collab, or one a "
-                                 "module in env_modules registers). Unset: inferred (credit appo -> appo, a "
-                                 "collaboration credit -> collab, else grpo).", UPDATE, identity=True)
-    algorithm_kwargs: dict | str | None = knob(None, "The algorithm's own kwargs (mapping or JSON), checked against "
-                                               "its declared params (collab: collab, policies, role_schedule, "
-                                               "role_block_steps, models, rating_template).", UPDATE, json_value=True, identity=True)
+    algorithm: str = knob("grpo", "The algorithm plug-in (agentrl.algorithms: grpo, appo, collab, or one a module in "
+                          "env_modules registers); chosen by this key alone (`agentrl check-recipe --list` prints the "
+                          "registered ones).", UPDATE, identity=True)
+    algorithm_kwargs: dict | str | None = knob(None, "The algorithm's own settings (mapping or JSON), checked against "
+                                               "its declared params (appo: budget, scope, b, ...; collab: collab, "
+                                               "policies, role_schedule, ...).", UPDATE, json_value=True, identity=True)
     nonfinite_max_consecutive: int = knob(3, "An optimizer step whose loss or gradient holds NaN/inf is skipped "
                                           "(no update, schedule held, counted as train/nonfinite_steps); this many "
                                           "skips in a row stop the run with one line and exit 2 (0: never stop).",
@@ -222,8 +228,9 @@ TRL_KEYS: dict[str, TrlKey] = {
                                     check=optional_at_least(1), want=">= 1 (tokens per action)", episode=True),
     "beta": TrlKey(TRL_OPT, "Weight of the KL term to the reference model (0: no reference model).", 0.0,
                    check=at_least(0), want=">= 0"),
-    "loss_type": TrlKey(UPDATE, "The policy loss of the GRPO family (agentrl.losses): dapo, bnpo, grpo, dr_grpo "
-                        "(an algorithm may bring its own).", "dapo"),
+    "loss_type": TrlKey(UPDATE, "A registered policy loss (agentrl.losses: the GRPO family, and any an algorithm or a "
+                        "plug-in registers; `agentrl check-recipe --list` prints them). A loss an algorithm owns runs "
+                        "under that algorithm only.", "dapo"),
     "lr_scheduler_type": TrlKey(TRL_OPT, "Learning-rate schedule.", "linear"),
     "warmup_steps": TrlKey(TRL_OPT, "Warm-up steps of the schedule.", 0),
     "seed": TrlKey(TRL_OPT, "Seed of the run (data order, sampling, row sampling).", 42),

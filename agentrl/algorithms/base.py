@@ -7,11 +7,10 @@ token, with state carried across iterations), the loss it trains with (a registe
 train (several policies, their checkpoints) is the job of its update runner
 (``agentrl.algorithms.runner``), which the ``runner`` hook returns.
 
-Algorithms register at their definition (``@register_algorithm("name")``, duplicates refused,
-as ``agentrl.credit.registry`` does for estimators) with their typed kwargs (``params``:
+Algorithms register at their definition (``@register_algorithm("name")``, duplicates refused:
+``agentrl.registry.Registry``, as every registry) with their typed kwargs (``params``:
 ``agentrl.registry.Param``, checked when the recipe loads). A recipe names one with the
-``algorithm`` key and its ``algorithm_kwargs``; without it, ``algorithm_name`` infers it from the
-keys older recipes have (``collab:`` -> collab, ``credit: appo`` -> appo, else grpo).
+``algorithm`` key alone and sets it with its ``algorithm_kwargs``.
 """
 
 from __future__ import annotations
@@ -65,6 +64,10 @@ class Algorithm:
     name: ClassVar[str] = "grpo"
     params: ClassVar[dict[str, Param]] = {}
     """The algorithm's kwargs (recipe key ``algorithm_kwargs``), checked when the recipe loads."""
+    records: ClassVar[str] = "step"
+    """The records its episodes give credit: ``step`` (any step records) or ``collab``
+    (collaboration records, ``agentrl.credit.available("collab")``): a credit module reading the
+    other kind is refused at check time."""
     own_losses: ClassVar[tuple[str, ...]] = ()
     """Registered policy losses that only this algorithm can drive (they read the options its
     ``loss`` hook gives): a recipe naming one under another algorithm is refused at check time."""

@@ -38,6 +38,7 @@ class Collab(Algorithm):
     """Role-by-role collaborations; the credit module is one of ``COLLAB_CREDITS`` (module docstring)."""
 
     params = PARAMS
+    records = "collab"
 
     def check(self, cfg):
         """The recipe's collaboration (``check_config``), its errors as one-line RecipeErrors."""
@@ -100,7 +101,7 @@ class Collab(Algorithm):
         """Role blocks, role-ordered steps and role models (``agentrl.algorithms.collab_runner``)."""
         from agentrl.algorithms.collab_runner import CollabRunner
 
-        return CollabRunner(trainer, self)
+        return CollabRunner(trainer, self.collab, self.policies, self.schedule, self.role_steps)
 
     # ------------------------------------------------------------------ metrics
     def metric_episodes(self, episodes):
