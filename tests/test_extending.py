@@ -76,8 +76,8 @@ def _env(folder: Path, tmp: Path) -> dict[str, str]:
 def test_the_page_holds_a_complete_example():
     assert set(doc_files()) == {"guess_env.py", "rtg_est.py", "reinforce_loss.py", "guess.yaml", "guess_scaled.yaml"}
     cmds = doc_commands()
-    for what in ("agentrl sft", "agentrl check-recipe", "agentrl train", "accelerate launch", "agentrl eval",
-                 "agentrl show", "agentrl credit compare"):
+    for what in ("agentrl sft", "agentrl check-recipe", "agentrl train", "accelerate launch", "agentrl launch",
+                 "agentrl eval", "agentrl show", "agentrl credit compare"):
         assert any(c.startswith(what) for c in cmds), what
     assert "docs/extending.md" in (REPO / "README.md").read_text()  # linked from the README
 
@@ -118,6 +118,8 @@ def test_every_command_of_the_page_runs_from_the_plugins_folder(folder, tmp_path
         assert json.loads((runs / run / "run_info.json").read_text())["plugin_dirs"] == [str(folder.resolve())]
     metrics = [json.loads(x) for x in (runs / "guess" / "metrics.jsonl").read_text().splitlines()]
     assert any("reinforce/adv" in m for m in metrics) and any("credit/rtg_mean" in m for m in metrics)
+    launch = next(v for k, v in out.items() if k.startswith("agentrl launch"))
+    assert "-m agentrl.train guess.yaml" in launch  # validated (the plug-ins found), then the command
     # eval: the run's env from its own record
     ev = json.loads((runs / "guess" / "eval_Guess-v0_valid.json").read_text())
     assert ev[0]["all"]["episodes"] == 8 and ev[0]["settings"]["env_id"] == "mine/Guess-v0"

@@ -65,6 +65,13 @@ def test_value_checks_one_line_exit_2(tmp_path, capsys, kw, extra, needle):
     assert rc == 2 and len(err) == 1 and needle in err[0], err
 
 
+def test_a_name_is_said_once(tmp_path, capsys):
+    # it was "credit 'gipgo': unknown credit estimator 'gipgo'; ..."
+    rc, err = _check([_recipe(tmp_path, credit="gipgo")], capsys)
+    assert rc == 2 and err[0].startswith("agentrl check-recipe: error: unknown credit estimator 'gipgo' ")
+    assert err[0].count("gipgo") == 1
+
+
 def test_task_seeds_are_the_training_tasks(tmp_path):
     from agentrl.config import load_recipe
     from agentrl.trainer.tasks import build_task_dataset
@@ -219,6 +226,36 @@ def test_each_agentrl_key_is_declared_once():
             elts = n.keys if isinstance(n, ast.Dict) else n.elts if isinstance(n, (ast.List, ast.Tuple, ast.Set)) else []
             named = [e.value for e in elts if isinstance(e, ast.Constant) and e.value in KNOBS]
             assert len(named) < 3, f"{path.relative_to(repo)}:{n.lineno} lists agentrl's keys again: {named}"
+
+
+def test_rollout_defaults_come_from_the_recipe_keys():
+    # RolloutSettings, HeldOutSettings and sft once each declared context_mode, history_length,
+    # max_prompt_tokens, prefill (and max_new_tokens) again: now they read agentrl/recipe_keys.py
+    import ast
+    from dataclasses import fields
+    from pathlib import Path
+
+    from agentrl import sft
+    from agentrl.evaluation.heldout import HeldOutSettings
+    from agentrl.recipe_keys import default_of, episode_keys
+    from agentrl.rollout.settings import RolloutSettings
+
+    repo = Path(__file__).resolve().parent.parent
+    for rel in ("agentrl/rollout/settings.py", "agentrl/evaluation/heldout.py", "agentrl/sft.py"):
+        tree = ast.parse((repo / rel).read_text())
+        for n in ast.walk(tree):
+            pairs = [(n.target.id, n.value)] if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) else []
+            if isinstance(n, ast.FunctionDef):
+                pos = n.args.args[len(n.args.args) - len(n.args.defaults):]
+                pairs = [(a.arg, d) for a, d in zip(pos, n.args.defaults, strict=True)]
+            for name, value in pairs:
+                literal = isinstance(value, ast.Constant) and value.value is not None
+                assert not (name in episode_keys() and literal), f"{rel}:{n.lineno}: {name} declared again"
+    rs, hs = {f.name: f.default for f in fields(RolloutSettings)}, {f.name: f.default for f in fields(HeldOutSettings)}
+    for key in ("context_mode", "history_length", "max_prompt_tokens", "prefill"):
+        assert rs[key] == hs[key] == default_of(key), key
+    assert hs["max_new_tokens"] == default_of("max_completion_length")
+    assert (sft.HISTORY_LENGTH, sft.PREFILL, sft.MAX_LENGTH) == (2, "<action>", 2048)  # the keys' defaults today
 
 
 def test_launch_dry_run_validates(tmp_path, capsys):
