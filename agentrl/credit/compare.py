@@ -279,6 +279,9 @@ def run_credit(path: str | Path) -> tuple[str | None, dict[str, Any]]:
         if isinstance(data, dict) and data.get("credit"):
             kw = {"gamma": data["gamma"]} if "gamma" in data else {}
             kw.update(data.get("credit_kwargs") or {})
+            algo_kw = data.get("algorithm_kwargs") or {}
+            if data.get("algorithm") == "appo" and data["credit"] == "appo" and "grouping" in algo_kw:
+                kw["grouping"] = algo_kw["grouping"]  # the APPO algorithm passes its own to the estimator
             return str(data["credit"]), kw
         return None, {}
     return None, {}
