@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl.cli_args import both_spellings
+from agentrl.cli_args import add_env_modules, both_spellings
 
 
 class ArenaError(Exception):
@@ -120,6 +120,7 @@ def _checkpoints(train_dir: Path) -> list[tuple[int, Path]]:
 def run_one(r: RunSpec) -> dict[str, Any]:
     """Train (or resume) one run, then evaluate each of its checkpoints once; returns its result."""
     from agentrl.evaluation.heldout import HeldOutSettings, evaluate_wins
+    from agentrl.plugins import import_for
 
     run_dir = Path(r.out)
     done = run_dir / "result.json"
@@ -136,6 +137,7 @@ def run_one(r: RunSpec) -> dict[str, Any]:
             return {"label": r.contender.label, "seed": r.seed,
                     "failed": f"exit {rc}; see {run_dir / 'train.log'}"}
     train_s = time.time() - t0
+    import_for(run_dir / "train", None)  # the held-out episodes play here: the run's env modules
     settings = HeldOutSettings(**r.heldout)
     curve = []
     for step, ck in _checkpoints(run_dir / "train"):
@@ -270,7 +272,18 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
                         "RL on its goals, evaluation on its fresh draws instead of --eval-split/--eval-episodes")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra recipe override for every run (e.g. --set learning_rate=1e-4)")
+    add_env_modules(p)
     return both_spellings(p).parse_args(argv)
+
+
+def _import_plugins(recipe: str, flag: list[str]) -> list[str]:
+    """The recipe's ``env_modules`` and ``--env-modules``, imported (the recipe's folder and the
+    working folder on the path): a plug-in's estimators can race."""
+    from agentrl.plugins import import_plugins, module_names, recipe_dirs
+    from agentrl.recipe_file import read_recipe_file
+
+    mods = module_names(read_recipe_file(recipe).get("env_modules")) + module_names(flag)
+    return import_plugins(mods, recipe_dirs(recipe))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.config import RecipeError, load_recipe
 
     try:
+        modules = _import_plugins(args.recipe, args.env_modules)  # before the estimators are named
         contenders = parse_contenders(args.estimators)
         seeds = parse_seeds(args.seeds)
         baseline = args.baseline or contenders[0].label
@@ -292,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             if not eq:
                 raise ArenaError(f"--set takes KEY=VALUE, got {s!r}")
             extra += [f"--{k}", v]
+        if args.env_modules:  # every run imports them too
+            extra += ["--env_modules", *modules]
         practised = _read_practised(args.practised) if args.practised else None
         if practised:
             extra += ["--task_seeds", *map(str, practised["goals"])]

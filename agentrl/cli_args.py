@@ -42,3 +42,16 @@ def every_parser_takes_both_spellings():
         yield
     finally:
         argparse.ArgumentParser.parse_known_args = orig
+
+
+ENV_MODULES_HELP = ("plug-in module(s) to import first: they register env ids, credit estimators, policy losses, "
+                    "algorithms, contexts (comma-separated or repeated; looked for on Python's path and in the working "
+                    "folder; a run folder's own env_modules are imported too)")
+
+
+def add_env_modules(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``--env-modules MOD[,MOD...]`` (repeatable), the flag every command that names envs,
+    estimators or losses takes (``agentrl.plugins``)."""
+    parser.add_argument("--env-modules", nargs="+", action="extend", default=[], metavar="MODULE",
+                        help=ENV_MODULES_HELP)
+    return parser

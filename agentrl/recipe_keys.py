@@ -95,12 +95,16 @@ class AgentKeys:
                                                  "decoder.", MODEL)
 
     # --- environment and tasks
-    env_id: str = knob("agentrl/TextCraft-v0", "Gymnasium id of the env (agentrl/*), module:ID, or openenv:URL / "
-                       "openenv:NAME for an OpenEnv server (docs/envs.md).", ENV, episode=True, identity=True)
+    env_id: str = knob("agentrl/TextCraft-v0", "Gymnasium id of the env: agentrl's (agentrl/*), one a module in "
+                       "env_modules registers (`agentrl check-recipe --list` prints them), module:ID, or "
+                       "openenv:URL / openenv:NAME for an OpenEnv server (docs/envs.md).", ENV, episode=True,
+                       identity=True)
     env_kwargs: dict | str | None = knob(None, "Keyword arguments for gymnasium.make (a mapping, or a JSON string "
                                          "on the CLI).", ENV, json_value=True, episode=True)
-    env_modules: list[str] | None = knob(None, "Extra modules imported before the recipe is checked: they register "
-                                         "env ids, contexts, credit estimators, algorithms and policy losses.", ENV, episode=True)
+    env_modules: list[str] | None = knob(None, "Plug-in modules imported before the recipe is checked: they register "
+                                         "env ids, contexts, credit estimators, algorithms and policy losses. Looked "
+                                         "for on Python's path, in the recipe's folder and in the working folder "
+                                         "(agentrl.plugins; docs/extending.md).", ENV, episode=True)
     task_split: str = knob("train", "Reset option 'split' of the training tasks.", ENV)
     task_families: list[str] | None = knob(None, "Reset option 'families' (None = all of the env's families).", ENV)
     task_options: dict | str | None = knob(None, "Extra reset options merged into every task (mapping or JSON).",
@@ -113,8 +117,9 @@ class AgentKeys:
                                         "a non-empty list of distinct integers >= 0")
 
     # --- rollout
-    context_mode: str = knob("window", "'window' (one row per step, last history_length steps in the prompt) or "
-                             "'trajectory' (one row per episode, env tokens masked).", ROLLOUT, episode=True, identity=True)
+    context_mode: str = knob("window", "A registered context: 'window' (one row per step, last history_length steps "
+                             "in the prompt), 'trajectory' (one row per episode, env tokens masked), or one a plug-in "
+                             "registers.", ROLLOUT, episode=True, identity=True)
     history_length: int = knob(2, "(obs, action) pairs in a window prompt.", ROLLOUT, at_least(0), ">= 0", episode=True)
     max_turns: int | None = knob(None, "Step cap per episode (default: the env's limit).", ROLLOUT,
                                  optional_at_least(1), ">= 1", episode=True)
@@ -171,9 +176,17 @@ class AgentKeys:
                                    "one line (the newest checkpoint resumes it).", ROLLOUT, at_least(0), ">= 0")
     async_producer_threads: int = knob(1, "async: torch threads of each producer process (the trainer keeps its "
                                        "own OMP_NUM_THREADS).", ROLLOUT, at_least(1), ">= 1")
+    max_env_failure_rate: float = knob(1.0, "Share of an iteration's episodes that, ended on an env error, make it a "
+                                       "failed iteration (so does an iteration that leaves no real training row); "
+                                       "each iteration with failures prints their count and the first one's reason "
+                                       "(agentrl.rollout.failures).", ROLLOUT, lambda v: 0 < v <= 1, "in (0, 1]")
+    max_env_failure_iterations: int = knob(3, "Failed iterations (max_env_failure_rate) in a row that stop the run with "
+                                           "one line and exit 2; a run all of whose iterations failed ends with exit 2 "
+                                           "too (0: never stop).", ROLLOUT, at_least(0), ">= 0 (0: never stop)")
 
     # --- credit
-    credit: str = knob("grpo", "Credit module name (agentrl.credit).", CREDIT, identity=True)
+    credit: str = knob("grpo", "A registered credit estimator (agentrl.credit; `agentrl check-recipe --list` prints "
+                       "them, a plug-in's included).", CREDIT, identity=True)
     credit_kwargs: dict | str | None = knob(None, "Keyword arguments of the credit module (mapping or JSON); "
                                             "gamma is the top-level key.", CREDIT, json_value=True)
     gamma: float = knob(0.95, "Discount for returns-to-go in step-level credit.", CREDIT, lambda v: 0 <= v <= 1,
@@ -183,12 +196,12 @@ class AgentKeys:
                                   "1.5B). Only computed when the credit module needs fingerprints.", CREDIT)
 
     # --- algorithm and update
-    algorithm: str | None = knob(None, "The algorithm plug-in (agentrl.algorithms: grpo, appo, collab, or one a "
-                                 "module in env_modules registers). Unset: inferred (credit appo -> appo, a "
-                                 "collaboration credit -> collab, else grpo).", UPDATE, identity=True)
-    algorithm_kwargs: dict | str | None = knob(None, "The algorithm's own kwargs (mapping or JSON), checked against "
-                                               "its declared params (collab: collab, policies, role_schedule, "
-                                               "role_block_steps, models, rating_template).", UPDATE, json_value=True, identity=True)
+    algorithm: str = knob("grpo", "The algorithm plug-in (agentrl.algorithms: grpo, appo, collab, or one a module in "
+                          "env_modules registers); chosen by this key alone (`agentrl check-recipe --list` prints the "
+                          "registered ones).", UPDATE, identity=True)
+    algorithm_kwargs: dict | str | None = knob(None, "The algorithm's own settings (mapping or JSON), checked against "
+                                               "its declared params (appo: budget, scope, b, ...; collab: collab, "
+                                               "policies, role_schedule, ...).", UPDATE, json_value=True, identity=True)
     loss_kwargs: dict | str | None = knob(None, "The policy loss's own settings (mapping or JSON), checked against "
                                           "the params its loss_type declares (agentrl.losses); a param that is also "
                                           "a TRL key (sapo_temperature_pos, vespo_k_pos, ...) is set there instead.",
@@ -248,8 +261,9 @@ TRL_KEYS: dict[str, TrlKey] = {
     "beta": TrlKey(TRL_OPT, "Weight of the KL term to the reference model (0: no reference model).", 0.0,
                    check=at_least(0), want=">= 0"),
     "loss_type": TrlKey(UPDATE, "The policy loss (agentrl.losses): TRL's dapo, bnpo, grpo, dr_grpo, luspo, cispo, "
-                        "sapo, vespo, or any 'surrogate+reduction' (e.g. cispo+seq_mean_token_mean); an algorithm "
-                        "may bring its own.", "dapo"),
+                        "sapo, vespo, any 'surrogate+reduction' (e.g. cispo+seq_mean_token_mean), or one a plug-in "
+                        "registers (`agentrl check-recipe --list` prints them); a loss an algorithm owns runs under "
+                        "that algorithm only.", "dapo"),
     "vllm_importance_sampling_correction": TrlKey(UPDATE, "Rollout correction: weight each token's policy loss by "
                                                   "trainer / sampler probability where the sampler's log-probs "
                                                   "reach the loss (vLLM, an asynchronous producer).", True),

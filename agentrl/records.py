@@ -19,6 +19,15 @@ REQUIRED_FIELDS = ("group_id", "traj_id", "t", "obs", "action", "reward", "done"
 """Fields every step record carries: ``StepRecord`` has no default for them, ``StepRecord.from_dict``
 and ``agentrl.credit.Batch`` refuse a record without them. Every other field is optional."""
 
+NO_STEP = "no_step"
+"""``info`` key of a saved record that stands for an episode that failed before its first step
+(``agentrl.rollout.failures``): it says why, and credit readers leave it out."""
+
+
+def is_step_record(d: dict[str, Any]) -> bool:
+    """Whether a saved record (a dict) is a real step, not the marker of an episode that never stepped."""
+    return not (d.get("info") or {}).get(NO_STEP)
+
 
 @dataclass
 class StepRecord:

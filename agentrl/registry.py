@@ -1,34 +1,22 @@
-"""Named plug-ins registered at their definition (contexts, algorithms): one decorator factory,
-so every registry refuses a taken name the same way; and ``Param``, one typed kwarg of a plug-in
-(credit estimators, algorithms), checked when a recipe loads."""
+"""One registrar and one kind of typed setting for every registry of agentrl.
+
+``Registry`` (``agentrl_envs.registry``, shared with the env package's benchmarks): named
+components registered at their definition, a taken name refused in one line, an unknown one
+answered with a did-you-mean; credit estimators, policy losses, algorithms and contexts each keep
+one. ``Param``: one typed kwarg of a component (credit estimators, algorithms), and
+``resolve_params``: a component's kwargs from a recipe, checked against its params, defaults
+filled in: the one place a component's settings are resolved."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
+from agentrl_envs.registry import Registry, did_you_mean, unknown_name
 
-T = TypeVar("T", bound=type)
-
-
-def class_registrar(table: dict[str, type], kind: str) -> Callable[[str], Callable[[T], T]]:
-    """``register(name)`` decorators for ``table``: each sets ``cls.name`` and adds the class; a
-    name already in the table is a ValueError naming the class that holds it."""
-
-    def register(name: str) -> Callable[[T], T]:
-        def deco(cls: T) -> T:
-            if name in table:
-                raise ValueError(f"{kind} {name!r} is already registered ({table[name].__qualname__})")
-            cls.name = name
-            table[name] = cls
-            return cls
-
-        return deco
-
-    return register
+__all__ = ["Param", "Registry", "did_you_mean", "resolve_params", "unknown_name"]
 
 
 @dataclass(frozen=True)
@@ -90,10 +78,11 @@ class Param:
 
 
 def resolve_params(params: dict[str, Param], given: dict[str, Any] | None, owner: str) -> dict[str, Any]:
-    """``given`` checked against ``params`` (an unknown name or a bad value is a ValueError naming
-    ``owner``), defaults filled in."""
+    """``given`` checked against ``params`` (an unknown name, with a did-you-mean, or a bad value is
+    a one-line ValueError naming ``owner``), defaults filled in."""
     given = dict(given or {})
-    unknown = sorted(set(given) - set(params))
+    unknown = [k for k in given if k not in params]
     if unknown:
-        raise ValueError(f"{owner} has no kwarg {unknown[0]!r} (its kwargs: {', '.join(sorted(params)) or 'none'})")
+        raise ValueError(f"{owner} has no kwarg {unknown[0]!r}{did_you_mean(unknown[0], list(params))} (its kwargs: "
+                         f"{', '.join(params) or 'none'})")
     return {k: p.check(owner, k, given[k]) if k in given else p.default for k, p in params.items()}

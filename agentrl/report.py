@@ -26,7 +26,7 @@ import re
 import sys
 from pathlib import Path
 
-from agentrl.cli_args import both_spellings
+from agentrl.cli_args import add_env_modules, both_spellings
 
 SUCCESS_KEY = "env/success"
 SINGLETON_KEY = "credit/singleton_frac"
@@ -329,8 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smooth", type=int, default=5,
                    help="trailing moving average over this many logged steps (1 = raw; default 5)")
     p.add_argument("--labels", default=None, help="comma-separated labels, one per run group")
+    add_env_modules(p)  # the one plug-in flag of every command (the figures read logs, not envs)
     args = both_spellings(p).parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
+        from agentrl.plugins import import_plugins
+
+        import_plugins(args.env_modules, [Path.cwd()])
         thresholds = [float(t) for t in args.thresholds.split(",")]
         labels = args.labels.split(",") if args.labels else None
         if args.smooth < 1:

@@ -86,6 +86,7 @@ def write_run_files(output_dir: str | Path, recipe: dict[str, Any], argv: list[s
     import yaml
 
     from agentrl import __version__
+    from agentrl.plugins import RUN_INFO_KEY, loaded_dirs
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -98,7 +99,9 @@ def write_run_files(output_dir: str | Path, recipe: dict[str, Any], argv: list[s
             "command": list(getattr(sys, "orig_argv", sys.argv)),
             "train_args": list(argv if argv is not None else sys.argv[1:]),
             "cwd": os.getcwd(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
+            "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            # where the recipe's env_modules were found: a later command on this folder finds them there
+            RUN_INFO_KEY: loaded_dirs()}
     (out / RUN_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
 
 

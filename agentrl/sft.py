@@ -27,9 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl_envs.actions import ACTION_OPEN, format_action
+from agentrl_envs.actions import format_action
 
-from agentrl.cli_args import both_spellings
+from agentrl.cli_args import add_env_modules, both_spellings
+from agentrl.plugins import import_plugins
+from agentrl.recipe_keys import default_of
+
+HISTORY_LENGTH = default_of("history_length")
+"""(obs, action) pairs in the prompt: the RL recipe's default, so that both see the same prompts."""
+PREFILL = default_of("prefill")
+"""Text after the assistant header: the RL recipe's default (the ``<action>`` tag the expert's action follows)."""
+MAX_LENGTH = default_of("max_prompt_tokens")
+"""Tokens of the longest example kept: the RL recipe's prompt budget (recorded as its max_prompt_tokens)."""
 
 
 class SFTError(Exception):
@@ -80,7 +89,7 @@ def collect_expert(
     seeds: list[int],
     options: dict | None = None,
     env_kwargs: dict | None = None,
-    history_length: int = 2,
+    history_length: int = HISTORY_LENGTH,
     max_turns: int | None = None,
     keep_failed: bool = False,
 ) -> ExpertData:
@@ -154,21 +163,22 @@ def write_run_record(out: Path, settings: dict[str, Any], metrics: dict[str, Any
 
 
 def run_settings(env_id: str, model: str, env_kwargs: dict | None, options: dict | None, history_length: int,
-                 prefill: str = ACTION_OPEN, max_length: int = 2048, **train) -> dict[str, Any]:
+                 prefill: str = PREFILL, max_length: int = MAX_LENGTH, **train) -> dict[str, Any]:
     """The recipe keys of an SFT run, as an RL recipe names them: every key an episode depends on
     (``recipe_keys.episode_keys``; the defaults where SFT does not set it), the tasks and the model."""
-    from agentrl.recipe_keys import default_of, episode_keys
+    from agentrl.recipe_keys import episode_keys
+    from agentrl.rollout.contexts import WindowContext
 
     opts = dict(options or {})
     settings = {k: default_of(k) for k in episode_keys()}
-    settings.update(env_id=env_id, env_kwargs=dict(env_kwargs or {}), context_mode="window",  # one row per step
+    settings.update(env_id=env_id, env_kwargs=dict(env_kwargs or {}), context_mode=WindowContext.name,  # a row a step
                     history_length=history_length, prefill=prefill, max_prompt_tokens=max_length, max_turns=None,
                     task_split=opts.pop("split", "train"), task_families=opts.pop("families", None),
                     task_options=opts, model_name_or_path=model)
     return {**settings, **train}
 
 
-def prompt_ids(tokenizer, user: str, prefill: str = ACTION_OPEN) -> list[int]:
+def prompt_ids(tokenizer, user: str, prefill: str = PREFILL) -> list[int]:
     """Token ids of the RL window prompt, built exactly as ``agentrl.rollout`` builds them: the
     chat template (user turn + assistant header) as text, the prefill appended, tokenized once.
     """
@@ -190,7 +200,7 @@ def to_chat_rows(steps: list[ExpertStep]) -> list[dict[str, Any]]:
              "task_family": s.task_family} for s in steps]
 
 
-def tokenize_steps(tokenizer, steps: list[ExpertStep], prefill: str = ACTION_OPEN,
+def tokenize_steps(tokenizer, steps: list[ExpertStep], prefill: str = PREFILL,
                    max_length: int | None = None):
     """A pre-tokenized ``datasets.Dataset`` (input_ids, completion_mask) for SFTTrainer."""
     from datasets import Dataset
@@ -218,8 +228,8 @@ def sft_train(
     warmup_ratio: float = 0.0,
     weight_decay: float = 0.0,
     seed: int = 0,
-    prefill: str = ACTION_OPEN,
-    max_length: int = 2048,
+    prefill: str = PREFILL,
+    max_length: int = MAX_LENGTH,
     logging_steps: int = 5,
     quiet: bool = False,
     bf16: bool = False,
@@ -328,8 +338,9 @@ def run_sft(
     seed_start: int = 0,
     options: dict | None = None,
     env_kwargs: dict | None = None,
-    history_length: int = 2,
+    history_length: int = HISTORY_LENGTH,
     argv: list[str] | None = None,
+    env_modules: list[str] | None = None,
     **train_kwargs,
 ) -> dict[str, Any]:
     """Collect expert episodes (seeds ``seed_start..+episodes``), write the chat data, train.
@@ -344,6 +355,8 @@ def run_sft(
         env_kwargs: ``gymnasium.make`` kwargs (e.g. ``{"prompt_style": "compact"}``).
         history_length: steps of history in the prompt; use the RL recipe's value.
         argv: the command line, for ``run_info.json``.
+        env_modules: the plug-in modules that registered ``env_id`` (already imported), recorded
+            in the run's ``recipe.yaml`` so that ``agentrl eval`` imports them too.
         **train_kwargs: passed to ``sft_train``.
     """
     if episodes <= 0:
@@ -362,8 +375,9 @@ def run_sft(
                     "expert_episodes": data.episodes, "expert_won": data.won})
     (out / "sft_metrics.json").write_text(json.dumps(metrics, indent=2))
     keep = {k: train_kwargs[k] for k in ("max_steps", "learning_rate", "seed") if k in train_kwargs}
-    write_run_record(out, run_settings(env_id, model, env_kwargs, options, history_length, **keep), metrics,
-                     data.records, argv)
+    settings = run_settings(env_id, model, env_kwargs, options, history_length, **keep)
+    settings["env_modules"] = list(env_modules) or None if env_modules else None
+    write_run_record(out, settings, metrics, data.records, argv)
     return metrics
 
 
@@ -386,13 +400,15 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed-start", type=int, default=0, help="first task seed")
     p.add_argument("--options", default="{}", help='JSON reset options, e.g. \'{"families": ["depth2"]}\'')
     p.add_argument("--env-kwargs", default="{}", help='JSON dict for gymnasium.make, e.g. \'{"prompt_style": "compact"}\'')
-    p.add_argument("--history-length", type=int, default=2, help="steps of history in window prompts (as in RL)")
+    p.add_argument("--history-length", type=int, default=HISTORY_LENGTH,
+                   help=f"steps of history in window prompts (as in RL; default {HISTORY_LENGTH})")
     p.add_argument("--max-steps", type=int, default=-1, help="optimizer steps (overrides --epochs when > 0)")
     p.add_argument("--epochs", type=float, default=1.0, help="passes over the expert data")
     p.add_argument("--learning-rate", "--lr", dest="lr", type=float, default=1e-4,
                    help="learning rate (constant; the recipe key's name, as in agentrl train)")
     p.add_argument("--batch-size", type=int, default=8, help="examples per optimizer step")
     p.add_argument("--seed", type=int, default=0, help="training seed")
+    add_env_modules(p)
     return both_spellings(p).parse_args(argv)
 
 
@@ -401,10 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     args = _parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
+        env_modules = import_plugins(args.env_modules, [Path.cwd()])
         m = run_sft(args.env, args.model, args.out, args.episodes, args.seed_start,
                     _json_dict(args.options, "--options"), _json_dict(args.env_kwargs, "--env-kwargs"),
                     args.history_length, argv=list(sys.argv[1:] if argv is None else argv), max_steps=args.max_steps,
-                    epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size, seed=args.seed)
+                    epochs=args.epochs, learning_rate=args.lr, batch_size=args.batch_size, seed=args.seed,
+                    env_modules=env_modules)
     except (SFTError, ValueError) as e:
         print(f"agentrl sft: {e}", file=sys.stderr)
         return 2

@@ -7,8 +7,9 @@ run's own estimator (saved with the records) and under any others asked for with
 ``--estimators`` (``agentrl.credit.compute`` over the whole file, since advantages compare an
 episode with its group), and the sampler's own log-probs of the response's tokens (their mean
 and minimum; each token's with ``--logprobs``). The run's estimator and its kwargs are read from
-the run folder's ``recipe.yaml`` when it is there. Without ``--traj`` or ``--group``: one line
-per group.
+the run folder's ``recipe.yaml`` when it is there (its ``env_modules`` are imported, and
+``--env-modules`` names more: a plug-in's estimators can be asked for). An episode that ended on
+an env error shows the error. Without ``--traj`` or ``--group``: one line per group.
 """
 
 from __future__ import annotations
@@ -19,31 +20,13 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from agentrl.cli_args import both_spellings
+from agentrl.cli_args import add_env_modules, both_spellings
 from agentrl.recipe_file import first_line
+from agentrl.records import is_step_record
 
 
 class ShowError(Exception):
     """Bad input: one line, exit code 2."""
-
-
-def run_credit_settings(rollouts: Path) -> tuple[str | None, dict[str, Any]]:
-    """The run's estimator and its kwargs (gamma + credit_kwargs) from ``recipe.yaml`` beside
-    the rollouts folder; (None, {}) when there is none."""
-    import yaml
-
-    for folder in (rollouts.parent, rollouts.parent.parent):
-        p = folder / "recipe.yaml"
-        if p.is_file():
-            try:
-                data = yaml.safe_load(p.read_text()) or {}
-            except yaml.YAMLError:
-                return None, {}
-            if isinstance(data, dict) and data.get("credit"):
-                kw = {"gamma": data["gamma"]} if "gamma" in data else {}
-                kw.update(data.get("credit_kwargs") or {})
-                return str(data["credit"]), kw
-    return None, {}
 
 
 def load_records(path: str) -> list[dict[str, Any]]:
@@ -74,10 +57,14 @@ def other_advantages(records: list[dict], names: list[str], kw: dict[str, dict])
     from agentrl import credit
 
     out: dict[str, list | str] = {}
+    steps = [i for i, r in enumerate(records) if is_step_record(r)]  # not the markers of episodes that never stepped
     for name in names:
         try:
-            res = credit.compute(name, records, **kw.get(name, {}))
-            out[name] = [float(a) for a in res.step_advantages]
+            res = credit.compute(name, [records[i] for i in steps], **kw.get(name, {}))
+            adv = [float("nan")] * len(records)
+            for i, a in zip(steps, res.step_advantages, strict=True):
+                adv[i] = float(a)
+            out[name] = adv
         except (ValueError, TypeError, KeyError) as e:
             out[name] = f"not computed: {first_line(e)}"
     return out
@@ -113,10 +100,14 @@ def show_traj(records: list[tuple[int, dict]], advs: dict[str, list | str], run_
     won = any(r.get("won") for _, r in records)
     ret = sum(float(r.get("reward", 0.0)) for _, r in records)
     lines = [f"trajectory {first.get('traj_id')}  group {first.get('group_id')}  family "
-             f"{first.get('task_family') or '-'}  steps {len(records)}  return {ret:.3f}  "
-             f"{'WON' if won else 'not won'}"]
+             f"{first.get('task_family') or '-'}  steps {sum(is_step_record(r) for _, r in records)}  return "
+             f"{ret:.3f}  {'WON' if won else 'not won'}"]
     for i, r in records:
         info = r.get("info") or {}
+        if not is_step_record(r):
+            lines.append(f"  no step: the episode ended on an env error before its first step: "
+                         f"{_clip(info.get('error'), width)}")
+            continue
         adv = [f"{run_name} {info['advantage']:+.4f}"] if "advantage" in info else []
         adv += [f"{n} {a[i]:+.4f}" for n, a in advs.items() if isinstance(a, list)]
         valid = r.get("valid", True)
@@ -127,6 +118,9 @@ def show_traj(records: list[tuple[int, dict]], advs: dict[str, list | str], run_
         lines.append(f"    response:    {_clip(resp, width) if resp is not None else '(not saved by this run)'}")
         lines.append(f"    action:      {_clip(r.get('action'), width)}{'' if valid else '   [INVALID]'}")
         lines += behaviour_lines(r, per_token)
+        if info.get("error"):
+            lines.append(f"    error:       {_clip(info['error'], width)}   (the call after this step failed: "
+                         "the episode ended here)")
     return lines
 
 
@@ -135,17 +129,25 @@ def group_table(records: list[dict]) -> list[str]:
     for r in records:
         g = groups.setdefault(str(r.get("group_id")), {})
         g.setdefault(str(r.get("traj_id")), []).append(r)
-    lines = [f"{len(records)} step records, {len(groups)} groups; show one with --group ID or --traj ID",
-             f"{'group':<20} {'trajectories':>12} {'won':>5} {'mean steps':>11}  first traj"]
+    n_steps = sum(is_step_record(r) for r in records)
+    lines = [f"{n_steps} step records, {len(groups)} groups; show one with --group ID or --traj ID",
+             f"{'group':<20} {'trajectories':>12} {'won':>5} {'mean steps':>11} {'errors':>7}  first traj"]
     for gid, trajs in groups.items():
         won = sum(any(r.get("won") for r in recs) for recs in trajs.values())
-        steps = sum(len(v) for v in trajs.values()) / len(trajs)
-        lines.append(f"{gid:<20} {len(trajs):>12} {won:>5} {steps:>11.1f}  {next(iter(trajs))}")
+        steps = sum(sum(is_step_record(r) for r in v) for v in trajs.values()) / len(trajs)
+        errors = sum(any((r.get("info") or {}).get("error") for r in recs) for recs in trajs.values())
+        lines.append(f"{gid:<20} {len(trajs):>12} {won:>5} {steps:>11.1f} {errors:>7}  {next(iter(trajs))}")
+    errs = [r for r in records if (r.get("info") or {}).get("error")]
+    if errs:
+        first = errs[0]
+        lines.append(f"{len(errs)} episode(s) ended on an env error; first: {first.get('traj_id')} t={first.get('t')}: "
+                     f"{first['info']['error']}")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agentrl.credit.compare import _parse_kw
+    from agentrl.credit.compare import _parse_kw, run_credit, with_run_settings
+    from agentrl.plugins import import_for
 
     ap = argparse.ArgumentParser(prog="agentrl show", description=__doc__.split("\n\n")[1].replace("\n", " "))
     ap.add_argument("rollouts", help="JSONL step records (output_dir/rollouts/iter_XXXXX.jsonl), or a run "
@@ -159,8 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=160, help="characters per text field (0 = all)")
     ap.add_argument("--logprobs", action="store_true", help="print each response token's id and its behaviour "
                     "log-prob (the sampler's own; 'n/a' where it gave none)")
+    add_env_modules(ap)
     args = both_spellings(ap).parse_args(argv)
     try:
+        try:
+            import_for(args.rollouts, args.env_modules)  # the run's plug-ins, then the flag's
+        except ValueError as e:
+            raise ShowError(str(e)) from None
         records = load_records(args.rollouts)
         if args.traj is None and args.group is None:
             print("\n".join(group_table(records)))
@@ -170,18 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         if not chosen:
             some = list(OrderedDict.fromkeys(str(r.get(key)) for r in records))[:5]
             raise ShowError(f"no {key} {wanted!r} in {args.rollouts}; e.g. {', '.join(some)}")
-        run_name, run_kw = run_credit_settings(Path(args.rollouts))
+        run_name, run_kw = run_credit(args.rollouts)
         names = [n.strip() for n in (args.estimators or "").split(",") if n.strip()]
         try:
-            kw = _parse_kw(args.set)
+            kw = with_run_settings(names, _parse_kw(args.set), run_name, run_kw)
         except ValueError as e:
             raise ShowError(str(e)) from None
-        if "gamma" in run_kw:
-            from agentrl import credit
-
-            for n in names:
-                if n in credit.available() and "gamma" in credit.describe(n)["kwargs"]:
-                    kw.setdefault(n, {}).setdefault("gamma", run_kw["gamma"])
         advs = other_advantages(records, names, kw)
     except ShowError as e:
         print(f"agentrl show: {e}", file=sys.stderr)

@@ -60,11 +60,65 @@ def _fail(prog: str, e: BaseException) -> int:
 
 
 CHECK_USAGE = """usage: agentrl check-recipe RECIPE.yaml [--field value ...]
+       agentrl check-recipe [RECIPE.yaml] --list [--env-modules MODULE ...]
 
 Validate a recipe (and CLI overrides) as `agentrl train` would, without loading the model or
-training: unknown keys (with "did you mean"), values out of range, env id, env kwargs and task
-options (one env reset), credit module and its kwargs, model folder, vLLM. Prints "recipe OK"
-and exits 0, or prints one line and exits 2. `agentrl train --help` lists the recipe keys."""
+training: unknown keys (with "did you mean"), values out of range, its env_modules (imported with
+the recipe's folder and the working folder on the path), env id, env kwargs and task options (one
+env reset), credit module and its kwargs, algorithm, policy loss, model folder, vLLM. Prints
+"recipe OK" and exits 0, or prints one line and exits 2. `agentrl train --help` lists the recipe
+keys; --list prints what the registries hold (env ids, contexts, credit estimators, policy losses,
+algorithms), a recipe's or --env-modules' plug-ins included."""
+
+
+def registered_names() -> dict[str, list[str]]:
+    """What each registry holds (a plug-in's names with their module in brackets)."""
+    from agentrl_envs.probe import registered_env_ids
+    from gymnasium.envs.registration import registry as envs
+
+    from agentrl import algorithms, credit, losses
+    from agentrl.algorithms.base import _ALGORITHMS
+    from agentrl.credit.registry import REGISTRY
+    from agentrl.rollout.contexts import _CONTEXTS, context_names
+
+    def mark(name: str, module: str) -> str:
+        return name if module.startswith(("agentrl.", "agentrl_envs")) else f"{name} ({module})"
+
+    def entry(env_id: str) -> str:
+        ep = envs[env_id].entry_point
+        return ep.split(":")[0] if isinstance(ep, str) else getattr(ep, "__module__", "?")
+
+    return {
+        "env ids": [mark(i, entry(i)) for i in registered_env_ids()],
+        "contexts (context_mode)": [mark(n, _CONTEXTS[n].__module__) for n in context_names()],
+        "credit estimators (credit)": [mark(n, REGISTRY[n].fn.__module__) for n in credit.available("all")],
+        "policy losses (loss_type)": [mark(n, losses.get_policy_loss(n).__module__)
+                                      for n in losses.policy_loss_names()],
+        "algorithms (algorithm)": [mark(n, _ALGORITHMS[n].__module__) for n in algorithms.algorithm_names()],
+    }
+
+
+def list_registered(path: str | None, argv: list[str]) -> int:
+    """``check-recipe --list``: the registries after the recipe's and the flag's plug-ins are imported."""
+    from agentrl.plugins import import_plugins, module_names, recipe_dirs
+
+    flag, rest = [], []
+    it = iter(argv)
+    for a in it:
+        if a in ("--env-modules", "--env_modules"):
+            flag.append(next(it, ""))
+        elif a.startswith(("--env-modules=", "--env_modules=")):
+            flag.append(a.split("=", 1)[1])
+        else:
+            rest.append(a)
+    try:
+        recipe_mods = read_recipe_file(path).get("env_modules") if path is not None else None
+        import_plugins([*module_names(recipe_mods), *module_names(flag)], recipe_dirs(path))
+    except RecipeError as e:
+        return _fail("agentrl check-recipe", e)
+    for what, names in registered_names().items():
+        print(f"{what}: {', '.join(names)}")
+    return 0
 
 
 def check_recipe(path: str | None, overrides: list[str] | None = None) -> int:
@@ -89,6 +143,8 @@ def check_main(argv: list[str] | None = None) -> int:
         path, rest = split_argv(argv)
     except RecipeError as e:
         return _fail("agentrl check-recipe", e)
+    if "--list" in rest:
+        return list_registered(path, [a for a in rest if a != "--list"])
     return check_recipe(path, rest)
 
 
@@ -260,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nRecipe keys (YAML `key: value`, or `--key value` / `--key-with-dashes value` on the command "
               "line, which wins):")
         print(keys_help())
+        print("\nThe names the registries hold (env ids, contexts, credit estimators, policy losses, algorithms; a "
+              "plug-in's too): agentrl check-recipe [RECIPE] --list [--env-modules MODULE]")
         return 0
     try:
         path, rest = split_argv(argv)
@@ -287,11 +345,13 @@ def main(argv: list[str] | None = None) -> int:
         if left:
             _say(f"removed {', '.join(left)}: half-written by a killed run")
     from agentrl.producer.async_source import ProducerStop
+    from agentrl.rollout.failures import EnvFailureStop
     from agentrl.trainer.guard import NonFiniteStop
 
     try:
         trainer.train(resume_from_checkpoint=resume)
-    except (NonFiniteStop, ProducerStop, RecipeError) as e:  # every rank stops alike: a global verdict, or the
+        trainer.env_failures.check_end()  # a run that trained on nothing but env failures
+    except (NonFiniteStop, EnvFailureStop, ProducerStop, RecipeError) as e:  # every rank stops alike: a global verdict, or the
         if trainer.accelerator.is_main_process:  # checkpoint all ranks were asked to resume from
             _fail("agentrl train", e)
         _leave_together(trainer)

@@ -14,8 +14,10 @@ a module's own ancestor package (``import agentrl_envs`` in ``agentrl_envs.probe
 
 ``LAYERS`` lists the layers bottom to top. A module may import its own layer and the ones below;
 an arrow to a layer above is a violation, and so is a cycle between modules (a strongly connected
-component of more than one module), within a layer or not. ``tests/test_import_contract.py``
-asserts both are zero.
+component of more than one module), within a layer or not, a cycle between packages
+(``package_arrows``: ``agentrl.config`` -> ``agentrl.algorithms`` -> ``agentrl.config``) and a
+file circle that only type hints close (``arrows(annotations=True)``).
+``tests/test_import_contract.py`` asserts all are zero.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
      "environments: their own installable package, importing nothing from agentrl"),
     ("base", ("agentrl$", "agentrl.records", "agentrl.recipe_file", "agentrl.recipe_keys", "agentrl.checkpoints",
               "agentrl.runinfo",
-              "agentrl.models", "agentrl.cli_args", "agentrl.registry"),
+              "agentrl.models", "agentrl.cli_args", "agentrl.registry", "agentrl.plugins"),
      "records, recipe files and keys, checkpoint folders, run metadata, model registry, flag spelling, plug-in "
-     "registries"),
+     "registries and plug-in modules"),
     ("credit", ("agentrl.credit", "agentrl.losses"),
      "credit estimators and policy losses: advantages from records, a loss from log-probs"),
     ("rollout", ("agentrl.rollout",),
@@ -92,16 +94,16 @@ def _type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _import_nodes(tree: ast.AST):
+def _import_nodes(tree: ast.AST, annotations: bool = False):
     """Every Import / ImportFrom of ``tree`` (nested in functions too), minus the ones under
-    ``if TYPE_CHECKING:`` (its ``else`` branch still counts)."""
+    ``if TYPE_CHECKING:`` (its ``else`` branch still counts) unless ``annotations``."""
     stack = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
             continue
-        if isinstance(node, ast.If) and _type_checking(node.test):
+        if isinstance(node, ast.If) and _type_checking(node.test) and not annotations:
             stack.extend(node.orelse)
             continue
         stack.extend(ast.iter_child_nodes(node))
@@ -115,16 +117,17 @@ def _resolve(name: str, known: dict[str, Path]) -> str | None:
     return "?" + name if name.split(".")[0] in {m.split(".")[0] for m in known} else None
 
 
-def arrows(known: dict[str, Path] | None = None) -> list[Arrow]:
+def arrows(known: dict[str, Path] | None = None, annotations: bool = False) -> list[Arrow]:
     """Every import arrow between our modules, one per (importer, imported, line); self-imports
-    dropped."""
+    dropped. ``annotations``: the imports under ``if TYPE_CHECKING:`` too (a file circle that only
+    type hints close is still two files that must be read together)."""
     known = known or modules()
     out: dict[tuple[str, str, int], Arrow] = {}
     for mod, f in known.items():
         is_pkg = f.name == "__init__.py"
         src = f.read_text()
         lines = src.splitlines()
-        for node in _import_nodes(ast.parse(src, str(f))):
+        for node in _import_nodes(ast.parse(src, str(f)), annotations):
             targets = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -240,6 +243,19 @@ def _cycle_in(comp: list[str], graph: dict[str, set[str]]) -> list[str]:
                     nxt.append(w)
         frontier = nxt
     return comp  # unreachable for a strongly connected component
+
+
+def unit_of(mod: str) -> str:
+    """The package a module belongs to, for the package-level graph: ``agentrl.config.validate`` ->
+    ``agentrl.config``; a top-level module (``agentrl.train``) is a unit of its own."""
+    parts = mod.split(".")
+    return ".".join(parts[:2])
+
+
+def package_arrows(arrs: list[Arrow]) -> list[Arrow]:
+    """``arrs`` between packages (``unit_of``): arrows inside one package dropped."""
+    return [Arrow(unit_of(a.src), unit_of(a.dst), a.file, a.line, a.text) for a in arrs
+            if not a.dst.startswith("?") and unit_of(a.src) != unit_of(a.dst)]
 
 
 def where(arrs: list[Arrow], src: str, dst: str) -> str:

@@ -42,8 +42,9 @@ def test_appo_authors_hyperparameters():
     assert (c.context_mode, c.prefill, c.model_name_or_path) == ("trajectory", "", "Qwen/Qwen2.5-7B-Instruct")
     # n = 16 rows per prompt: N = 8 initial + a per-prompt pool of 8 branch points, strict, summed
     assert c.num_generations == 8 and c.credit == "appo"
-    assert c.credit_kwargs == {"budget": 8, "scope": "prompt", "strict": True, "combine": "sum", "decay": 64,
-                               "b": 1.0}
+    assert c.algorithm == "appo" and c.credit_kwargs == {}  # APPO's settings are its algorithm's kwargs
+    assert c.algorithm_kwargs == {"budget": 8, "scope": "prompt", "strict": True, "combine": "sum", "decay": 64,
+                                  "b": 1.0}
     # 96 prompts per rollout batch, mini-batches of 16 prompts
     assert _prompts_per_batch(c) == 96
     assert c.per_device_train_batch_size * WORLD * c.gradient_accumulation_steps / c.num_generations == 16
@@ -51,9 +52,9 @@ def test_appo_authors_hyperparameters():
         "meta-llama/Llama-3.1-8B-Instruct"
     for n, b in ((8, 1), (4, 3), (2, 7)):  # Table 3: N x B with N + N B = 16
         c = load_recipe(f"recipes/appo/table3_qwen7b_n{n}_b{b}.yaml", [])
-        assert (c.num_generations, c.credit_kwargs["budget"], c.credit_kwargs["scope"]) == (n, b, "rollout")
+        assert (c.num_generations, c.algorithm_kwargs["budget"], c.algorithm_kwargs["scope"]) == (n, b, "rollout")
         assert n + n * b == 16 and _prompts_per_batch(c) == 96 and c.delta == 3.0
-    ab = {a: load_recipe(f"recipes/appo/table4_qwen7b_{a}.yaml", []).credit_kwargs
+    ab = {a: load_recipe(f"recipes/appo/table4_qwen7b_{a}.yaml", []).algorithm_kwargs
           for a in ("entropy_only", "no_future", "no_dual_group")}
     assert ab["entropy_only"]["score"] == "entropy" and ab["no_future"]["b"] == 0.0
     assert ab["no_dual_group"]["grouping"] == "joint"

@@ -1,4 +1,5 @@
-"""The import contract: library below apps, layers bottom to top, no cycles.
+"""The import contract: library below apps, layers bottom to top, no cycles (of modules, of
+packages, or closed by type hints).
 
 The layers are the table ``LAYERS`` of ``tests/import_graph.py`` (envs < base < credit < rollout
 < config < trainer < apps); ``python -m tests.import_graph --list`` prints the counts and every
@@ -16,7 +17,9 @@ from tests.import_graph import (
     describe_up,
     layer_of,
     modules,
+    package_arrows,
     undeclared,
+    unit_of,
     upward,
 )
 
@@ -48,6 +51,22 @@ def test_no_arrow_points_up():
 def test_no_import_cycle():
     cyc = cycles(ARROWS)
     assert not cyc, f"{len(cyc)} import cycle(s):\n" + "\n".join(describe_cycle(c, ARROWS) for c in cyc)
+
+
+def test_no_package_level_cycle():
+    # agentrl.config.validate -> agentrl.algorithms -> .appo -> agentrl.config.build was one:
+    # a package's modules are read together, so two packages that import each other are one
+    pa = package_arrows(ARROWS)
+    cyc = cycles(pa)
+    assert not cyc, f"{len(cyc)} package cycle(s):\n" + "\n".join(describe_cycle(c, pa) for c in cyc)
+    assert unit_of("agentrl.config.validate") == "agentrl.config" and unit_of("agentrl.train") == "agentrl.train"
+
+
+def test_no_file_circle_even_through_type_hints():
+    # algorithms/collab.py <-> collab_runner.py was closed by a TYPE_CHECKING import only
+    ann = arrows(KNOWN, annotations=True)
+    cyc = cycles(ann)
+    assert not cyc, f"{len(cyc)} circle(s) with type hints:\n" + "\n".join(describe_cycle(c, ann) for c in cyc)
 
 
 def test_the_reader_counts_lazy_relative_and_submodule_imports(tmp_path):

@@ -118,7 +118,7 @@ def test_cli_bad_env_is_one_line_error(capsys, tmp_path):
 
     assert main(["--env", "agentrl/Nope-v0", "--out", str(tmp_path / "x"), "--episodes", "1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("agentrl sft: unknown env id 'agentrl/Nope-v0'; valid:") and "TextCraft" in err
+    assert err.startswith("agentrl sft: unknown env id 'agentrl/Nope-v0' (did you mean") and "TextCraft" in err
     assert len(err.splitlines()) == 1
 
 

@@ -1,7 +1,8 @@
 """APPO as an algorithm plug-in (arXiv:2606.12384): branch at decision points, credit tokens from both groups.
 
-``algorithm: appo`` (or, in older recipes, ``credit: appo``) selects it. Its hooks on
-``AgentGRPOTrainer``'s steps:
+``algorithm: appo`` selects it and ``algorithm_kwargs`` sets it (``PARAMS``; older recipes that
+named only ``credit: appo`` and put these settings in ``credit_kwargs`` are read as such, with a
+notice: ``agentrl.config.upgrade``). Its hooks on ``AgentGRPOTrainer``'s steps:
 
 1. ``roll_out``: after the initial rollouts (trajectory mode), one no-grad forward gives
    every completion token its entropy H_t (Eq. 3, full vocabulary at the sampling temperature,
@@ -44,7 +45,6 @@ import torch
 from agentrl.algorithms import appo_branch_points as S
 from agentrl.algorithms.base import Advantages, Algorithm, register_algorithm
 from agentrl.credit import appo as appo_credit
-from agentrl.credit.registry import resolve
 from agentrl.losses import (
     LossBatch,
     LossOutput,
@@ -55,16 +55,51 @@ from agentrl.losses import (
     register_surrogate,
 )
 from agentrl.recipe_file import RecipeError
+from agentrl.registry import Param, resolve_params
 from agentrl.rollout.branching import BranchContext, branch_task
 from agentrl.rollout.contexts import TrajectoryTokens
 from agentrl.rollout.episodes import Episode
 
+SCOPES, SCORES, OMEGA_BASELINES = appo_credit.SCOPES, appo_credit.SCORES, appo_credit.OMEGA_BASELINES
+FLAT_OMEGA, COMBINES = appo_credit.FLAT_OMEGA, appo_credit.COMBINES
+
+PARAMS = {
+    "budget": Param(1, "B, branch points per rollout (scope='rollout', the paper's Table 3) or per prompt "
+                       "(scope='prompt', the authors' code: 8); 0 = no branching", "int", lo=0, hi=4096),
+    "scope": Param("rollout", "'rollout': top-B tokens of each rollout (paper); 'prompt': one pool of B over the "
+                              "prompt's rollouts (code)", "choice", SCOPES),
+    "strict": Param(False, "rank tokens with Z(H) > 0 and Z(Omega) > 0 first (the code's strict pool)", "bool"),
+    "score": Param("bs", "'bs': Z(clip Omega) * Z(H) (Eq. 5); 'entropy': Z(H) alone (Table 4 ablation)",
+                   "choice", SCORES),
+    "omega_baseline": Param("ref", "what the rollout-time log-ratio of Omega compares the policy with: 'ref' "
+                                   "(the reference model; needs beta > 0 or use_peft) or 'behaviour' (the "
+                                   "generating policy: identically 0 under HF generation, so selection is by "
+                                   "entropy, as the authors' code is under HF)", "choice", OMEGA_BASELINES),
+    "omega_decay": Param(64.0, "Omega's gamma = 2^(-1/omega_decay); 0 = gamma 1 (the authors' rollout value)",
+                         "float", lo=0.0),
+    "clip_eps": Param(0.2, "eps' of clip(Omega) (Eq. 5) and of the future weight (Eq. 7): [1 - eps', 1 + eps']",
+                      "float", lo=0.0, hi=1.0),
+    "flat_omega": Param("entropy", "a rollout whose clipped Omega is constant: rank by 'entropy' or 'keep' "
+                                   "the all-zero scores", "choice", FLAT_OMEGA),
+    "combine": Param("average", "token advantage from A_init and its branches' A_branch: 'average' (Eq. 6) or "
+                                "'sum' (the authors' code)", "choice", COMBINES),
+    "grouping": appo_credit.GROUPING,
+    "decay": Param(64.0, "FutureKL's gamma = 2^(-1/decay) in the loss (Eq. 7; 64 in the authors' scripts)",
+                   "float", lo=1e-6),
+    "b": Param(1.0, "weight of the future-aware term: A (1 + b f) (Eq. 7); 0 turns it off (Table 4)",
+               "float", lo=0.0),
+    "high_only": Param(True, "f = clip(exp(FutureKL), 1, 1 + eps') (the code) instead of [1 - eps', 1 + eps']",
+                       "bool"),
+    "safety_ratio": Param(6.0, "where A < 0 and the token's ratio exceeds this, f is clamped to [0.8, 1] (the "
+                               "code); 0 turns the clamp off", "float", lo=0.0),
+}
+"""APPO's settings (recipe key ``algorithm_kwargs``): branching (Eqs. 3-5), the token map (Eq. 6)
+and the loss (Eq. 7). ``grouping`` is the ``appo`` estimator's kwarg too: the algorithm passes its own."""
+
 
 def appo_kwargs(cfg) -> dict[str, Any]:
-    """The resolved ``appo`` credit kwargs (defaults filled) of a config."""
-    from agentrl.config.build import credit_kwargs
-
-    return resolve("appo", credit_kwargs(cfg))[1]
+    """APPO's resolved ``algorithm_kwargs`` (defaults filled) of a config."""
+    return resolve_params(PARAMS, getattr(cfg, "algorithm_kwargs", None), "algorithm 'appo'")
 
 
 # ----------------------------------------------------------------------------------- pure parts
@@ -165,7 +200,7 @@ def rollout_diagnostics(episodes: list[Episode]) -> dict[str, float]:
 # ----------------------------------------------------------------------------------- the plug-in
 @register_algorithm("appo")
 class Appo(Algorithm):
-    """APPO's hooks (module docstring). ``kwargs`` are the resolved ``appo`` credit kwargs.
+    """APPO's hooks (module docstring). ``kwargs`` are its resolved ``algorithm_kwargs`` (``PARAMS``).
 
     For tests and tools: ``last_branching`` (the latest iteration's token statistics, Omega,
     branch points, branch tasks, branches and token advantages); the latest loss micro-batch's
@@ -174,11 +209,11 @@ class Appo(Algorithm):
 
     plays_async = ("cannot play in a producer process: its branch points need the learner's forward of the "
                    "current policy and its reference (use rollout_mode: sync)")
+    params = PARAMS
+    own_losses = ("appo",)
 
     def __init__(self, config=None):
         super().__init__(config)
-        self.kwargs = appo_kwargs(config) if config is not None else {}
-        """The resolved ``appo`` credit kwargs (APPO's settings live with its estimator)."""
         self.last_branching: dict[str, Any] | None = None
         self._metrics: dict[str, float] = {}
         self._special: set[int] = set()
@@ -187,14 +222,20 @@ class Appo(Algorithm):
 
     def check(self, cfg) -> None:
         kw = appo_kwargs(cfg)
+        if cfg.credit == "appo" and "grouping" in (cfg.credit_kwargs or {}):
+            raise RecipeError("grouping is set in credit_kwargs: under algorithm appo it is APPO's setting, set once "
+                              "in algorithm_kwargs (the algorithm passes it to the appo estimator)")
         if cfg.context_mode != "trajectory":
-            raise RecipeError(f"credit appo needs context_mode: trajectory (branch points are token positions "
+            raise RecipeError(f"algorithm appo needs context_mode: trajectory (branch points are token positions "
                               f"in one sequence per rollout), got {cfg.context_mode!r}")
         if kw["omega_baseline"] == "ref" and kw["budget"] > 0 and cfg.beta == 0 and not cfg.use_peft:
-            raise RecipeError("credit appo with omega_baseline 'ref' needs a reference model: set beta > 0 "
+            raise RecipeError("algorithm appo with omega_baseline 'ref' needs a reference model: set beta > 0 "
                               "(the authors use 0.001) or use_peft: true, or omega_baseline: behaviour")
+        if kw["b"] and cfg.loss_type in self.own_losses:
+            raise RecipeError("under algorithm appo, loss_type is the reduction Eq. 7 is applied with (dapo, bnpo, "
+                              "grpo, dr_grpo, ...), not 'appo' itself")
         if kw["b"] and getattr(cfg, "use_liger_kernel", False):
-            raise RecipeError("credit appo's future-aware term (b > 0) needs TRL's own loss: "
+            raise RecipeError("algorithm appo's future-aware term (b > 0) needs TRL's own loss: "
                               "set use_liger_kernel: false")
         if kw["b"]:
             self._check_loss_type(cfg.loss_type)
@@ -283,7 +324,8 @@ class Appo(Algorithm):
     def advantages(self, episodes, records, state):
         """The ``appo`` estimator per record, then Eq. 6 per token of the initial rollouts (the
         branch records carry their inherited prefix: ``shape_rewards`` ran before the gather)."""
-        adv, diag = self._credit(records)
+        extra = {"grouping": self.kwargs["grouping"]} if self.config.credit == "appo" else {}
+        adv, diag = self._credit(records, **extra)
         tok = token_advantages(records, episodes, self.kwargs)
         if self.last_branching is not None:
             self.last_branching["token_advantages"] = tok

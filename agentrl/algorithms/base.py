@@ -14,26 +14,24 @@ the records, ``credit_advantages``), ``loss`` and ``runner``, given a ``Learner`
 (``agentrl.algorithms.learner``: the trained model, its counters and collectives). No hook is given
 the trainer.
 
-Algorithms register at their definition (``@register_algorithm("name")``, duplicates refused,
-as ``agentrl.credit.registry`` does for estimators) with their typed kwargs (``params``:
+Algorithms register at their definition (``@register_algorithm("name")``, duplicates refused:
+``agentrl.registry.Registry``, as every registry) with their typed kwargs (``params``:
 ``agentrl.registry.Param``, checked when the recipe loads). A recipe names one with the
-``algorithm`` key and its ``algorithm_kwargs``; without it, ``algorithm_name`` infers it from the
-keys older recipes have (``collab:`` -> collab, ``credit: appo`` -> appo, else grpo).
+``algorithm`` key alone and sets it with its ``algorithm_kwargs``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
-from agentrl.registry import Param, class_registrar, resolve_params
+from agentrl.registry import Param, Registry, resolve_params
 
 if TYPE_CHECKING:
     from agentrl.algorithms.learner import Learner
     from agentrl.algorithms.runner import UpdateRunner
-    from agentrl.producer import Player
     from agentrl.records import StepRecord
     from agentrl.rollout.episodes import Episode
 
@@ -50,6 +48,31 @@ def credit_advantages(name: str, records: list[StepRecord], kw: dict[str, Any]) 
     if adv.shape[0] != len(records):
         raise ValueError(f"credit {name!r} returned {adv.shape[0]} advantages for {len(records)} records")
     return adv, dict(res.diagnostics or {})
+
+
+class PlayerHandle(Protocol):
+    """What an algorithm's producer-side hooks are given (``agentrl.producer.Player`` is it; declared
+    here, with the hooks, so that a plug-in reads its contract where it implements them)."""
+
+    step: int
+    """The policy version playing (optimizer steps applied to its weights)."""
+    training: bool
+    """Whether the episodes train (False in evaluation)."""
+    tokenizer: Any
+
+    def play(self, tasks: list[dict], generate=None, tokenizer=None, **overrides) -> list[Episode]:
+        """Play ``tasks`` (a collective: every rank calls it together); ``overrides`` are
+        ``RolloutSettings`` fields."""
+
+    def generate(self, prompts: list[list[int]]) -> Any:
+        """The current policy's completions of token-id prompts (one turn)."""
+
+    def any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on any rank (every rank must call it)."""
+
+    def score(self, prompts: list[list[int]], completions: list[list[int]], entropy: bool = False,
+              reference: bool = False) -> Any:
+        """(log-probs, entropies, reference log-probs) of ``completions`` after ``prompts``, no grad."""
 
 
 @dataclass
@@ -92,12 +115,19 @@ class Algorithm:
     plays_async: ClassVar[str | None] = None
     """None: its producer-side hooks run in a producer process (``rollout_mode: async``); else the
     one line that says why they cannot."""
+    records: ClassVar[str] = "step"
+    """The records its episodes give credit: ``step`` (any step records) or ``collab``
+    (collaboration records, ``agentrl.credit.available("collab")``): a credit module reading the
+    other kind is refused at check time."""
+    own_losses: ClassVar[tuple[str, ...]] = ()
+    """Registered policy losses that only this algorithm can drive (they read the options its
+    ``loss`` hook gives): a recipe naming one under another algorithm is refused at check time."""
 
     def __init__(self, config=None):
         self.config = config
         self.kwargs = resolve_kwargs(type(self), config) if config is not None else {}
         """The recipe's ``algorithm_kwargs`` with defaults filled in."""
-        from agentrl.config.build import credit_kwargs
+        from agentrl.credit.registry import credit_kwargs
 
         self.credit_kw = credit_kwargs(config) if config is not None else {}
         """The credit module's kwargs (the recipe's ``gamma`` and ``credit_kwargs``)."""
@@ -105,10 +135,10 @@ class Algorithm:
     def check(self, config) -> None:
         """Nothing beyond the credit module's own validation."""
 
-    def bind(self, player: Player, learner: Learner) -> None:
+    def bind(self, player: PlayerHandle, learner: Learner) -> None:
         """No per-run caches."""
 
-    def roll_out(self, player: Player, tasks: list[dict]) -> list[Episode]:
+    def roll_out(self, player: PlayerHandle, tasks: list[dict]) -> list[Episode]:
         """The current policy plays ``tasks``."""
         return player.play(tasks)
 
@@ -145,10 +175,10 @@ class Algorithm:
         return UpdateRunner(learner)
 
 
-_ALGORITHMS: dict[str, type[Algorithm]] = {}
+_ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm")
 
 
-register_algorithm = class_registrar(_ALGORITHMS, "algorithm")
+register_algorithm = _ALGORITHMS.register
 """Class decorator: register an ``Algorithm`` subclass under ``name`` (duplicates refused)."""
 
 register_algorithm("grpo")(Algorithm)
@@ -159,9 +189,13 @@ def algorithm_names() -> list[str]:
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
-    if name not in _ALGORITHMS:
-        raise KeyError(f"unknown algorithm {name!r}; registered: {', '.join(algorithm_names())}")
-    return _ALGORITHMS[name]
+    """The algorithm registered as ``name``; a one-line ValueError with a did-you-mean otherwise."""
+    return _ALGORITHMS.lookup(name)
+
+
+def loss_owner(loss: str) -> str | None:
+    """The algorithm that declares ``loss`` its own (``Algorithm.own_losses``), or None."""
+    return next((name for name, cls in _ALGORITHMS.items() if loss in cls.own_losses), None)
 
 
 def async_refusal(cfg, algo: Algorithm) -> str | None:

@@ -40,6 +40,7 @@ class Collab(Algorithm):
     params = PARAMS
     plays_async = ("cannot play in a producer process: its roles swap weights inside the learner's model "
                    "(use rollout_mode: sync)")
+    records = "collab"
 
     def check(self, cfg):
         """The recipe's collaboration (``check_config``), its errors as one-line RecipeErrors."""
@@ -103,7 +104,7 @@ class Collab(Algorithm):
         """Role blocks, role-ordered steps and role models (``agentrl.algorithms.collab_runner``)."""
         from agentrl.algorithms.collab_runner import CollabRunner
 
-        return CollabRunner(learner, self)
+        return CollabRunner(learner, self.collab, self.policies, self.schedule, self.role_steps)
 
     # ------------------------------------------------------------------ metrics
     def metric_episodes(self, episodes):

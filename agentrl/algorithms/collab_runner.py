@@ -22,16 +22,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentrl.algorithms.role_steps import RoleSchedule
+from agentrl.algorithms.role_steps import RoleSchedule, RoleSteps
 from agentrl.algorithms.runner import UpdateRunner
-from agentrl.collab import to_dict
+from agentrl.collab import Collaboration, to_dict
 from agentrl.credit.collab import CcpoState
-from agentrl.policies import CheckpointMismatch
+from agentrl.policies import CheckpointMismatch, PolicyStore
 from agentrl.recipe_file import RecipeError
 from agentrl.rollout.rows import episode_rows, per_episode
 
 if TYPE_CHECKING:
-    from agentrl.algorithms.collab import Collab
     from agentrl.policies.separate import RoleModel
 
 COLLAB_STATE = "collab_state.pt"
@@ -40,10 +39,10 @@ COLLAB_STATE = "collab_state.pt"
 class CollabRunner(UpdateRunner):
     """The collaboration's rows, micro-batches, micro-steps and checkpoints (module docstring)."""
 
-    def __init__(self, learner, algo: Collab):
+    def __init__(self, learner, collab: Collaboration, policies: PolicyStore, schedule: RoleSchedule,
+                 role_steps: RoleSteps | None):
         super().__init__(learner)
-        self.collab, self.policies, self.schedule, self.role_steps = (algo.collab, algo.policies, algo.schedule,
-                                                                      algo.role_steps)
+        self.collab, self.policies, self.schedule, self.role_steps = collab, policies, schedule, role_steps
 
     # ------------------------------------------------------------------ which role trains
     def _role_ordered(self, mode: str) -> bool:

@@ -33,7 +33,7 @@ def train_figures(model: str, steps: int, budget: int, out: Path) -> dict[str, f
 
     cfg = load_recipe(RECIPE, ["--model_name_or_path", model, "--output_dir", str(out), "--max_steps", str(steps),
                                "--save_strategy", "no", "--disable_tqdm", "true",
-                               "--credit_kwargs", json.dumps({"budget": budget, "b": 1.0})])
+                               "--algorithm_kwargs", json.dumps({"budget": budget, "b": 1.0})])
     tr = build_trainer(cfg)
     t0 = time.perf_counter()
     tr.train()

@@ -76,9 +76,8 @@ class CollabSettings:
 
 
 def is_collab(cfg) -> bool:
-    """Whether ``cfg`` runs the collab algorithm (named, or inferred from a collaboration credit)."""
-    name = getattr(cfg, "algorithm", None)
-    return name == "collab" or (not name and cfg.credit in COLLAB_CREDITS)
+    """Whether ``cfg`` runs the collab algorithm (its ``algorithm`` key)."""
+    return getattr(cfg, "algorithm", None) == "collab"
 
 
 def settings(cfg) -> CollabSettings:

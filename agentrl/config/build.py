@@ -6,12 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentrl.credit.registry import credit_kwargs  # noqa: F401  (the config builds it for every caller)
 from agentrl.rollout.settings import RolloutSettings
-
-
-def credit_kwargs(cfg) -> dict[str, Any]:
-    """Keyword arguments of the credit module: the top-level ``gamma`` plus the recipe's ``credit_kwargs``."""
-    return {"gamma": cfg.gamma, **(cfg.credit_kwargs or {})}
 
 
 def rollout_settings(cfg, **overrides) -> RolloutSettings:

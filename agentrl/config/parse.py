@@ -16,10 +16,12 @@ import sys
 import warnings
 from typing import Any
 
+from agentrl.plugins import import_plugins, recipe_dirs
 from agentrl.recipe_file import RecipeError, apply_recipe_env, first_line, read_recipe_file
 from agentrl.recipe_keys import agent_defaults, json_keys
 
 from .schema import AgentRLConfig, config_keys
+from .upgrade import key_of, read_old_recipe
 from .validate import validate_config
 
 _NEGATIVE_NUMBER = re.compile(r"^-(\d|\.\d|inf$|nan$)")
@@ -48,65 +50,6 @@ def _unknown_key_error(key: str, where: str) -> RecipeError:
     return RecipeError(f"unknown config key {key!r} in {where}{hint}")
 
 
-def _key(tok: str) -> str:
-    return tok[2:].split("=", 1)[0].replace("-", "_")  # TrlParser takes --learning-rate too
-
-
-def _split_overrides(overrides: list[str]) -> list[tuple[str, str | None]]:
-    """``--key value`` / ``--key=value`` / ``--flag`` tokens as (key, value or None)."""
-    out, i = [], 0
-    while i < len(overrides):
-        tok = overrides[i]
-        if "=" in tok:
-            out.append((_key(tok), tok.split("=", 1)[1]))
-        elif i + 1 < len(overrides) and not overrides[i + 1].startswith("--"):
-            out.append((_key(tok), overrides[i + 1]))
-            i += 1
-        else:
-            out.append((_key(tok), None))
-        i += 1
-    return out
-
-
-def upgrade_old_keys(data: dict[str, Any], overrides: list[str]) -> tuple[dict[str, Any], list[str], str | None]:
-    """Older recipes' collaboration keys (top level, or ``--key value`` on the command line) become
-    the collab algorithm's kwargs; returns (recipe, overrides, a one-line notice or None)."""
-    import yaml
-
-    from agentrl.collab.recipe import OLD_KEYS
-
-    kwargs = dict(data.get("algorithm_kwargs") or {})
-    found = [k for k in OLD_KEYS if k in data]
-    for k in found:
-        kwargs[OLD_KEYS[k]] = data.pop(k)
-    rest = []
-    for k, v in _split_overrides(overrides):
-        if k in OLD_KEYS:
-            kwargs[OLD_KEYS[k]] = yaml.safe_load(v) if v is not None else None
-            found.append(k)
-        elif k == "algorithm_kwargs" and v is not None:
-            kwargs.update(_json_mapping(v, k))
-        else:
-            rest += [f"--{k}"] + ([v] if v is not None else [])
-    if not found:
-        return data, overrides, None
-    data = {**data, "algorithm_kwargs": kwargs}
-    data.setdefault("algorithm", "collab")
-    names = ", ".join(dict.fromkeys(found))
-    return data, rest, (f"note: {names} {'is' if len(set(found)) == 1 else 'are'} now kwargs of algorithm: collab "
-                        f"(algorithm_kwargs: {', '.join(OLD_KEYS[k] for k in dict.fromkeys(found))}); read as such")
-
-
-def _json_mapping(v: str, key: str) -> dict[str, Any]:
-    try:
-        d = json.loads(v) if v.strip() else {}
-    except json.JSONDecodeError as e:
-        raise RecipeError(f"{key} must be a mapping or a JSON object string ({e.msg})") from None
-    if not isinstance(d, dict):
-        raise RecipeError(f"{key} must be a mapping, got {type(d).__name__}")
-    return d
-
-
 def _check_keys(data: dict[str, Any], overrides: list[str], path: str | None) -> None:
     keys = config_keys()
     for k in data:
@@ -114,7 +57,7 @@ def _check_keys(data: dict[str, Any], overrides: list[str], path: str | None) ->
             raise _unknown_key_error(k, path or "recipe")
     for tok in overrides:
         if tok.startswith("--"):
-            k = _key(tok)
+            k = key_of(tok)
             if k not in keys and not (k.startswith("no_") and k[3:] in keys):
                 raise _unknown_key_error(k, "command line")
 
@@ -151,7 +94,7 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
         import torch  # already imported by trl; it read OMP_NUM_THREADS only if set before that
 
         torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
-    data, overrides, notice = upgrade_old_keys(data, overrides)
+    data, overrides, notice = read_old_recipe(data, overrides)
     _check_keys(data, overrides, path)
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -161,8 +104,9 @@ def load_recipe(path: str | None, overrides: list[str] | None = None) -> AgentRL
         if isinstance(data.get(k), dict):
             data[k] = json.dumps(data[k])
     cfg = _parse(data, overrides)
-    given = set(data) | {_key(t) for t in overrides if t.startswith("--")}
+    given = set(data) | {key_of(t) for t in overrides if t.startswith("--")}
     cfg.recipe_keys = sorted(k for k in given if k in config_keys())  # what runinfo.resolved_recipe writes back
+    import_plugins(cfg.env_modules, recipe_dirs(path))  # before any name is checked: they register names
     validate_config(cfg)
     if notice and os.environ.get("LOCAL_RANK", "0") == "0" and not os.environ.get("AGENTRL_RECIPE_VALIDATED"):
         print(f"agentrl: {notice}", file=sys.stderr)

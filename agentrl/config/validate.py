@@ -20,22 +20,14 @@ from .schema import AgentRLConfig
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def _import_env_modules(modules) -> None:
-    import importlib
-
-    import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
-
-    for m in modules or []:
-        try:
-            importlib.import_module(m)
-        except ImportError as e:
-            raise RecipeError(f"env_modules: cannot import {m!r} ({e})") from None
-
-
 def validate_env(env_id: str, env_modules=None) -> None:
+    """The recipe's plug-in modules import (``agentrl.plugins``; ``load_recipe`` imported them
+    already, with the recipe's folder on the path) and its env id is registered."""
     from agentrl_envs.probe import check_env_id
 
-    _import_env_modules(env_modules)
+    from agentrl.plugins import import_plugins
+
+    import_plugins(env_modules, [Path.cwd()])
     try:
         check_env_id(env_id)
     except ValueError as e:
@@ -64,20 +56,22 @@ def validate_tasks(cfg: AgentRLConfig) -> None:
 def validate_context(name: str) -> None:
     """A registered context name (``agentrl.rollout.contexts``; a recipe's env_modules, imported
     by ``validate_env`` before this runs, may register more)."""
+    from agentrl.registry import unknown_name
     from agentrl.rollout.contexts import context_names
 
     if name not in context_names():
-        raise RecipeError(f"context_mode must be one of {context_names()}, got {name!r}")
+        raise RecipeError("context_mode: " + unknown_name("context", name, context_names()))
 
 
 def validate_credit(name: str, kwargs: dict) -> None:
-    """agentrl.credit.validate with the kwargs the trainer will pass (gamma + credit_kwargs)."""
+    """agentrl.credit.validate with the kwargs the trainer will pass (gamma + credit_kwargs); its
+    message names the estimator already (said once)."""
     from agentrl import credit as credit_mod
 
     try:
         credit_mod.validate(name, **kwargs)
     except (ValueError, TypeError, KeyError) as e:
-        raise RecipeError(f"credit {name!r}: {first_line(e)}") from None
+        raise RecipeError(first_line(e)) from None
 
 
 def validate_algorithm(cfg: AgentRLConfig) -> None:
@@ -89,7 +83,7 @@ def validate_algorithm(cfg: AgentRLConfig) -> None:
 
 
 # GRPOConfig features our losses (agentrl.losses) do not implement: (key, is it in use?, why).
-_LOSS_UNSUPPORTED = [
+_LOSSES_UNSUPPORTED = [
     ("top_entropy_quantile", lambda c: c.top_entropy_quantile != 1.0, "the high-entropy token mask"),
     ("entropy_coef", lambda c: c.entropy_coef != 0.0 or c.use_adaptive_entropy, "the entropy bonus"),
     ("off_policy_mask_threshold", lambda c: c.off_policy_mask_threshold is not None, "the off-policy sequence mask"),
@@ -98,20 +92,33 @@ _LOSS_UNSUPPORTED = [
 
 
 def validate_loss(cfg: AgentRLConfig) -> None:
-    """The algorithm's policy loss is registered (``agentrl.losses``), its params resolve from the
-    recipe (``loss_kwargs``), the rollout correction's mode is registered, and the recipe asks for
+    """The algorithm's policy loss is registered (``agentrl.losses``; did-you-mean for the recipe's
+    ``loss_type``), a loss that only one algorithm can drive runs under that algorithm
+    (``Algorithm.own_losses``: ``loss_type: appo`` under grpo would miss the settings APPO gives
+    it), its params resolve from the recipe (``loss_kwargs``), the rollout correction's mode is
+    registered, and the recipe asks for
     no TRL loss feature agentrl's losses leave out."""
     from agentrl import algorithms, losses
+    from agentrl.registry import unknown_name
 
+    algo = algorithms.for_config(cfg)
+    owner = algorithms.loss_owner(cfg.loss_type.split("+")[0])
+    if owner is not None and owner != algo.name:
+        free = [x for x in losses.policy_loss_names() if algorithms.loss_owner(x) is None]
+        raise RecipeError(f"loss_type {cfg.loss_type!r} is algorithm {owner!r}'s own loss (it reads the settings "
+                          f"that algorithm gives it): set algorithm: {owner}, or under {algo.name!r} a loss_type of "
+                          f"{', '.join(free)}")
     try:
-        name, _ = algorithms.for_config(cfg).loss(cfg)
-        losses.loss_options(name, cfg)
+        losses.loss_options(algo.loss(cfg)[0], cfg)
     except KeyError as e:
+        names = losses.policy_loss_names()
+        if "+" not in cfg.loss_type and cfg.loss_type not in names:
+            raise RecipeError("loss_type: " + unknown_name("policy loss", cfg.loss_type, names)) from None
         raise RecipeError(f"loss_type {cfg.loss_type!r}: {e.args[0]}") from None
     except ValueError as e:
         raise RecipeError(first_line(e)) from None
     validate_correction(cfg)
-    for key, used, what in _LOSS_UNSUPPORTED:
+    for key, used, what in _LOSSES_UNSUPPORTED:
         if used(cfg):
             raise RecipeError(f"{key}: {what} is not implemented by agentrl's policy losses; leave {key} at "
                               "its default")

@@ -210,40 +210,17 @@ def trajectory_returns(batch: Batch) -> np.ndarray:
     infos = np.asarray(batch.field("info", None), dtype=object)[batch.traj_start]
     prefix = np.array([float((i or {}).get(PREFIX_KEY, 0.0)) for i in infos], dtype=float)
     return batch.episode_return() + prefix
+
+
 OMEGA_BASELINES = ("ref", "behaviour")
 
-APPO_PARAMS = {
-    "gamma": GAMMA,
-    "budget": Param(1, "B, branch points per rollout (scope='rollout', the paper's Table 3) or per prompt "
-                       "(scope='prompt', the authors' code: 8); 0 = no branching", "int", lo=0, hi=4096),
-    "scope": Param("rollout", "'rollout': top-B tokens of each rollout (paper); 'prompt': one pool of B over the "
-                              "prompt's rollouts (code)", "choice", SCOPES),
-    "strict": Param(False, "rank tokens with Z(H) > 0 and Z(Omega) > 0 first (the code's strict pool)", "bool"),
-    "score": Param("bs", "'bs': Z(clip Omega) * Z(H) (Eq. 5); 'entropy': Z(H) alone (Table 4 ablation)",
-                   "choice", SCORES),
-    "omega_baseline": Param("ref", "what the rollout-time log-ratio of Omega compares the policy with: 'ref' "
-                                   "(the reference model; needs beta > 0 or use_peft) or 'behaviour' (the "
-                                   "generating policy: identically 0 under HF generation, so selection is by "
-                                   "entropy, as the authors' code is under HF)", "choice", OMEGA_BASELINES),
-    "omega_decay": Param(64.0, "Omega's gamma = 2^(-1/omega_decay); 0 = gamma 1 (the authors' rollout value)",
-                         "float", lo=0.0),
-    "clip_eps": Param(0.2, "eps' of clip(Omega) (Eq. 5) and of the future weight (Eq. 7): [1 - eps', 1 + eps']",
-                      "float", lo=0.0, hi=1.0),
-    "flat_omega": Param("entropy", "a rollout whose clipped Omega is constant: rank by 'entropy' or 'keep' "
-                                   "the all-zero scores", "choice", FLAT_OMEGA),
-    "combine": Param("average", "token advantage from A_init and its branches' A_branch: 'average' (Eq. 6) or "
-                                "'sum' (the authors' code)", "choice", COMBINES),
-    "grouping": Param("dual", "'dual': initial rollouts and branches in separate groups (Eq. 6); 'joint': one "
-                              "group per prompt (Table 4's w/o dual group)", "choice", GROUPINGS),
-    "decay": Param(64.0, "FutureKL's gamma = 2^(-1/decay) in the loss (Eq. 7; 64 in the authors' scripts)",
-                   "float", lo=1e-6),
-    "b": Param(1.0, "weight of the future-aware term: A (1 + b f) (Eq. 7); 0 turns it off (Table 4)",
-               "float", lo=0.0),
-    "high_only": Param(True, "f = clip(exp(FutureKL), 1, 1 + eps') (the code) instead of [1 - eps', 1 + eps']",
-                       "bool"),
-    "safety_ratio": Param(6.0, "where A < 0 and the token's ratio exceeds this, f is clamped to [0.8, 1] (the "
-                               "code); 0 turns the clamp off", "float", lo=0.0),
-}
+GROUPING = Param("dual", "'dual': initial rollouts and branches in separate groups (Eq. 6); 'joint': one group per "
+                 "prompt (Table 4's w/o dual group)", "choice", GROUPINGS)
+"""Eq. 6's groups: the estimator's kwarg, and the APPO algorithm's (which passes its own to the estimator)."""
+
+APPO_PARAMS = {"gamma": GAMMA, "grouping": GROUPING}
+"""The ``appo`` estimator's own kwargs (record level). The APPO algorithm's settings (branching,
+Eq. 6's token map, Eq. 7) are its ``algorithm_kwargs``: ``agentrl.algorithms.appo.PARAMS``."""
 
 
 def _group_keys(batch: Batch, grouping: str) -> list[str]:
@@ -259,7 +236,8 @@ def appo(batch: Batch, gamma: float, grouping: str, **_: object) -> Out:
     """Each record gets its rollout's group-relative outcome ``group_relative`` (Eq. 6's inner
     term; branches grouped apart under 'dual', a branch's return including its parent's rewards
     before the branch step, ``PREFIX_KEY``). The token-level map and the loss weight are the
-    APPO algorithm's (``agentrl.algorithms.appo``); the remaining kwargs configure them."""
+    APPO algorithm's (``agentrl.algorithms.appo``), configured by its ``algorithm_kwargs``; under
+    it the estimator gets the algorithm's ``grouping``."""
     ret = trajectory_returns(batch)
     a = group_relative(ret, _group_keys(batch, grouping))
     is_branch = np.array([str(g).endswith(BRANCH_SUFFIX) for g in

@@ -21,7 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from . import available, compute, requirements, validate
+from ..cli_args import add_env_modules
+from ..plugins import import_for
+from ..records import is_step_record
+from . import available, compute, describe, requirements, validate
 from .batch import Batch, sorted_rank
 
 POSITION_FLAG = 0.5
@@ -82,18 +85,20 @@ def disagreements(records: list[dict], adv: dict[str, np.ndarray], top: int) -> 
 
 def load_rollouts(path: str | Path) -> list[dict[str, Any]]:
     """Records of one JSONL file, or of every ``*.jsonl`` in a folder (a run's output folder:
-    its ``rollouts/``), files in natural order. With several files each one is a training batch:
+    its ``rollouts/``), files in natural order; the markers of episodes that failed before their
+    first step are left out (they have no step to credit). With several files each one is a training batch:
     its group and trajectory ids are prefixed with the file's name, so groups of different
     iterations never mix (credit compares only inside a group)."""
     from ..records import read_jsonl
 
     p = Path(path)
-    if p.is_dir() and not any(p.glob("*.jsonl")) and (p / "rollouts").is_dir():
+    if p.is_dir() and any((p / "rollouts").glob("*.jsonl")):  # a run folder (it holds metrics.jsonl too)
         p = p / "rollouts"
     if p.is_dir():
         files = list(p.glob("*.jsonl"))
         if not files:
-            raise ValueError(f"{path}: no *.jsonl files")
+            raise ValueError(f"{path}: no saved rollouts (*.jsonl, or a run folder's rollouts/: train with "
+                             "save_rollouts: true)")
         files = [files[i] for i in np.argsort(sorted_rank([f.name for f in files]), kind="stable")]
     else:
         files = [p]
@@ -102,6 +107,7 @@ def load_rollouts(path: str | Path) -> list[dict[str, Any]]:
         recs = list(read_jsonl(f))
         if not all(isinstance(r, dict) for r in recs):
             raise ValueError(f"{f}: every line must be a JSON object")
+        recs = [r for r in recs if is_step_record(r)]  # episodes that never stepped
         if len(files) > 1:
             for r in recs:
                 for k in ("group_id", "traj_id"):
@@ -255,6 +261,45 @@ def _json(out: dict[str, Any], n_records: int) -> str:
     )
 
 
+def run_credit(path: str | Path) -> tuple[str | None, dict[str, Any]]:
+    """The estimator a run trained with and its kwargs (gamma + credit_kwargs), from the
+    ``recipe.yaml`` of the run folder that ``path`` is (or a checkpoint, its rollouts/ or a file in
+    them); (None, {}) when there is none."""
+    import yaml
+
+    p = Path(path).resolve()
+    for folder in [p, *p.parents][:3]:
+        f = folder / "recipe.yaml"
+        if not f.is_file():
+            continue
+        try:
+            data = yaml.safe_load(f.read_text()) or {}
+        except yaml.YAMLError:
+            return None, {}
+        if isinstance(data, dict) and data.get("credit"):
+            kw = {"gamma": data["gamma"]} if "gamma" in data else {}
+            kw.update(data.get("credit_kwargs") or {})
+            algo_kw = data.get("algorithm_kwargs") or {}
+            if data.get("algorithm") == "appo" and data["credit"] == "appo" and "grouping" in algo_kw:
+                kw["grouping"] = algo_kw["grouping"]  # the APPO algorithm passes its own to the estimator
+            return str(data["credit"]), kw
+        return None, {}
+    return None, {}
+
+
+def with_run_settings(names: list[str], kw: dict[str, dict[str, Any]], run_name: str | None,
+                      run_kw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each estimator's kwargs: ``--set``'s, over the run's own ``credit_kwargs`` for the run's
+    estimator, over the run's ``gamma`` for every estimator that takes one (the same discount as
+    the run's advantages)."""
+    out = {n: dict(v) for n, v in kw.items()}
+    for n in names:
+        takes = describe(n)["kwargs"] if n in available("all") else {}
+        base = dict(run_kw) if n == run_name else {k: v for k, v in run_kw.items() if k == "gamma"}
+        out[n] = {**{k: v for k, v in base.items() if k in takes}, **out.get(n, {})}
+    return {n: v for n, v in out.items() if v or n in kw}
+
+
 def _parse_kw(items: list[str]) -> dict[str, dict[str, Any]]:
     """``--set bigpo.eps=0.2`` -> {"bigpo": {"eps": 0.2}} (values parsed as YAML scalars)."""
     import yaml
@@ -272,11 +317,14 @@ def _parse_kw(items: list[str]) -> dict[str, dict[str, Any]]:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="agentrl credit compare",
-        description="Compare credit estimators on saved rollouts (JSONL step records).",
+        description="Compare credit estimators on saved rollouts (JSONL step records). Given a run folder (or a "
+                    "file in it), its recipe.yaml's env_modules are imported and its estimator runs with the run's "
+                    "credit_kwargs; every estimator that takes gamma gets the run's.",
     )
-    ap.add_argument("rollouts", help="JSONL file of step records, or a folder of them (a run's rollouts/)")
+    ap.add_argument("rollouts", help="JSONL file of step records, a folder of them, or a run folder (its rollouts/)")
     ap.add_argument(
-        "--estimators", default=None, help=f"comma-separated names (default: all of {', '.join(available())})"
+        "--estimators", default=None, help=f"comma-separated names (default: every registered one: "
+                                           f"{', '.join(available())}, and a plug-in's)"
     )
     ap.add_argument(
         "--set", action="append", default=[], metavar="EST.KWARG=VALUE", help="estimator kwarg, repeatable"
@@ -287,21 +335,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--plot", default=None, metavar="PNG", help="write a figure of the advantages")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    return ap
+    return add_env_modules(ap)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        import_for(args.rollouts, args.env_modules)  # the run's plug-ins, then the flag's: their estimators
+        run_name, run_kw = run_credit(args.rollouts)
         names = (
             [s.strip() for s in args.estimators.split(",") if s.strip()] if args.estimators else available()
         )
         kw = _parse_kw(args.set)
-        for n in names:
-            validate(n, **kw.get(n, {}))
         for n in kw:
             if n not in names:
                 raise ValueError(f"--set names estimator {n!r}, which is not among --estimators")
+        kw = with_run_settings(names, kw, run_name, run_kw)
+        for n in names:
+            validate(n, **kw.get(n, {}))
         if args.top < 0:
             raise ValueError(f"--top must be >= 0, got {args.top}")
         records = load_rollouts(args.rollouts)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.registry import Param
+from agentrl.registry import Param, Registry, resolve_params
 
 from . import parts
 
@@ -94,7 +94,9 @@ class Spec:
     requires: Callable[[dict[str, Any]], frozenset[str]] = lambda kw: frozenset()
 
 
-REGISTRY: dict[str, Spec] = {}
+REGISTRY: Registry[Spec] = Registry(
+    "credit estimator", entry=lambda name, fn, a: Spec(name, fn, dict(a["params"]), a["paper"], a["requires"]))
+"""Estimator name -> ``Spec``, in registration order (``agentrl.registry.Registry``)."""
 
 
 def register(
@@ -109,44 +111,29 @@ def register(
     replacing the first (two modules claiming one name is a bug, not an override). ``fn`` must
     take every declared kwarg.
     """
+    add = REGISTRY.register(name, params=params, paper=paper, requires=requires or (lambda kw: frozenset()))
 
     def deco(fn: Callable[..., Out]) -> Callable[..., Out]:
-        if name in REGISTRY:
-            prev = REGISTRY[name].fn
-            raise ValueError(
-                f"credit estimator {name!r} is already registered (by {prev.__module__}.{prev.__qualname__}); "
-                "choose another name"
-            )
         sig = inspect.signature(fn).parameters
         if not any(p.kind is p.VAR_KEYWORD for p in sig.values()):
             lacking = [k for k in params if k not in sig]
             if lacking:
                 raise ValueError(f"credit estimator {name!r}: {fn.__qualname__} does not take kwarg(s) {lacking}")
-        REGISTRY[name] = Spec(name, fn, dict(params), paper, requires or (lambda kw: frozenset()))
-        return fn
+        return add(fn)
 
     return deco
 
 
 def lookup(name: str) -> Spec:
-    """The registered estimator ``name``; a one-line ValueError naming the valid ones otherwise."""
-    if not isinstance(name, str) or name not in REGISTRY:
-        raise ValueError(f"unknown credit estimator {name!r}; valid: {', '.join(REGISTRY)}")
-    return REGISTRY[name]
+    """The registered estimator ``name``; a one-line ValueError with a did-you-mean otherwise."""
+    return REGISTRY.lookup(name)
 
 
 def resolve(name: str, kwargs: dict[str, Any]) -> tuple[Spec, dict[str, Any]]:
-    """Spec and full kwargs (defaults filled, values checked); one-line ValueError otherwise."""
+    """Spec and full kwargs (defaults filled, values checked: ``agentrl.registry.resolve_params``);
+    one-line ValueError otherwise."""
     spec = lookup(name)
-    unknown = [k for k in kwargs if k not in spec.params]
-    if unknown:
-        raise ValueError(
-            f"unknown kwarg(s) {', '.join(map(repr, unknown))} for credit estimator {name!r}; "
-            f"valid kwargs: {', '.join(spec.params)}"
-        )
-    full = {k: p.default for k, p in spec.params.items()}
-    for k, v in kwargs.items():
-        full[k] = spec.params[k].check(f"credit estimator {name!r}", k, v)
+    full = resolve_params(spec.params, kwargs, f"credit estimator {name!r}")
     if "hash_dim" in full and full["hash_dim"] & (full["hash_dim"] - 1):
         raise ValueError(
             f"credit estimator {name!r}: kwarg hash_dim={full['hash_dim']} must be a power of two"
@@ -169,3 +156,8 @@ def parse_spec(item: str) -> tuple[str, dict[str, Any]]:
         kw[k] = yaml.safe_load(v)
     resolve(name, kw)
     return name, kw
+
+
+def credit_kwargs(cfg) -> dict[str, Any]:
+    """Keyword arguments of a config's credit module: the top-level ``gamma`` plus its ``credit_kwargs``."""
+    return {"gamma": cfg.gamma, **(cfg.credit_kwargs or {})}

@@ -69,10 +69,13 @@ class EvalResult:
     avg: dict[str, float] = field(default_factory=dict)
     """Tool reasoning: the unweighted mean of the families' ``task_score`` (APPO's Avg) and its
     s.e. sqrt(sum se^2) / k; empty for other envs."""
+    first_error: str | None = None
+    """The first episode's env failure, described (env id, task seed, turn, the call's exception)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"checkpoint": self.checkpoint, "env_id": self.env_id, "split": self.split,
-                "per_family": self.per_family, "all": self.all, "avg": self.avg, "settings": self.settings}
+                "per_family": self.per_family, "all": self.all, "avg": self.avg, "settings": self.settings,
+                "first_error": self.first_error}
 
 
 def summarize(episodes, checkpoint: str, env_id: str, split: str, settings: dict) -> EvalResult:
@@ -293,7 +296,10 @@ def evaluate(
     from agentrl_envs.probe import probe_task
 
     from agentrl.config.build import rollout_settings
+    from agentrl.plugins import import_for
     from agentrl.rollout import hf_generate_fn, run_episodes
+    from agentrl.rollout.failures import describe as describe_failure
+    from agentrl.rollout.failures import failure_summary
 
     st = resolve_settings(checkpoint, env_id=env_id, env_kwargs=env_kwargs, context_mode=context_mode,
                           history_length=history_length, prefill=prefill, max_new_tokens=max_new_tokens,
@@ -307,11 +313,7 @@ def evaluate(
     if datasets:
         v["env_kwargs"] = with_datasets(v["env_kwargs"], datasets, split)
         families = list(families or datasets)
-    if st.env_modules:
-        import importlib
-
-        for m in st.env_modules:
-            importlib.import_module(m)
+    import_for(checkpoint, None)  # the run's env_modules (recipe.yaml), where it found them (run_info.json)
     seeds = list(seeds) if seeds else list(range(seed_start, seed_start + episodes))
     options: dict[str, Any] = {"split": split}
     if families:
@@ -340,7 +342,10 @@ def evaluate(
     settings = {"episodes": len(all_tasks), "seeds": seeds, "families": families, "temperature": temperature,
                 "datasets": datasets,
                 **v, "settings_from": st.source, "overridden": st.overridden, "warnings": st.warnings}
-    return summarize(eps, checkpoint, env_id, split, settings)
+    result = summarize(eps, checkpoint, env_id, split, settings)
+    first = failure_summary(eps, env_id, 0)["first"]
+    result.first_error = describe_failure(first) if first else None
+    return result
 
 
 def with_datasets(env_kwargs: dict | None, datasets: dict[str, str], split: str) -> dict:

@@ -51,7 +51,7 @@ import os
 import sys
 from pathlib import Path
 
-from agentrl.cli_args import both_spellings
+from agentrl.cli_args import add_env_modules, both_spellings
 from agentrl.evaluation.checkpoint import (
     DEFAULT_EPISODES,
     EvalError,
@@ -88,7 +88,8 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     g = p.add_argument_group("rollout settings (default: the checkpoint's training settings)")
     g.add_argument("--env", default=None, help="gymnasium id, e.g. agentrl/TextCraft-v0")
     g.add_argument("--env-kwargs", default=None, help='JSON dict for gymnasium.make, e.g. \'{"prompt_style": "compact"}\'')
-    g.add_argument("--context-mode", default=None, choices=["window", "trajectory"])
+    g.add_argument("--context-mode", default=None,
+                   help="a registered context: window, trajectory, or one a plug-in registers (training's)")
     g.add_argument("--history-length", type=int, default=None, help="steps of history in window prompts")
     g.add_argument("--prefill", default=None, help="text after the assistant header (training's: <action>)")
     g.add_argument("--max-new-tokens", type=int, default=None,
@@ -106,6 +107,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     c.add_argument("--limit", type=int, default=None, help="problems per benchmark")
     c.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default 0.7)")
     c.add_argument("--seed", type=int, default=None, help="sampling seed and generated problems' seed (default 0)")
+    add_env_modules(p)
     return both_spellings(p).parse_args(argv)
 
 
@@ -114,6 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     checkpoints = args.checkpoint + args.run
     if args.model is None and not checkpoints:
         print("agentrl eval: name a --checkpoint (or a collaboration --run, or --model)", file=sys.stderr)
+        return 2
+    from agentrl.plugins import PluginError, import_for
+
+    try:  # --env-modules, and each run's own plug-ins, before any env id is checked
+        for ck in checkpoints or [None]:
+            import_for(ck, args.env_modules)
+    except PluginError as e:
+        print(f"agentrl eval: {e}", file=sys.stderr)
         return 2
     if args.model is not None or args.run or any(getattr(args, k) is not None for k in COLLAB_ONLY) or (
             _is_collab(checkpoints)):
@@ -190,7 +200,8 @@ def _env(args: argparse.Namespace) -> int:
     print(tool_tables(results) if has_tool_scores(results) else markdown_table(results, "success"))
     errors = sum(r.all.get("error_episodes", 0) for r in results)
     if errors:
-        print(f"\nwarning: {errors} episode(s) ended on an env error (counted as failures; see the JSON)")
+        first = next(r.first_error for r in results if r.first_error)
+        print(f"\nwarning: {errors} episode(s) ended on an env error (counted as failures); first: {first}")
     env_id = results[0].env_id
     if "WebShop" in env_id:
         print("\nScore:\n" + markdown_table(results, "score"))

@@ -13,10 +13,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agentrl.recipe_keys import default_of
+
 
 @dataclass
 class HeldOutSettings:
-    """How a policy is rolled out for held-out evaluation (copied from its training recipe)."""
+    """How a policy is rolled out for held-out evaluation (copied from its training recipe; the
+    defaults are the recipe keys', ``agentrl.recipe_keys``)."""
 
     env_id: str
     """Gymnasium id of the env."""
@@ -31,17 +34,17 @@ class HeldOutSettings:
     practised: in TextCraft seed s and s + k x the pool size give the same goal)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of ``gymnasium.make`` (e.g. ``prompt_style``)."""
-    context_mode: str = "window"
+    context_mode: str = default_of("context_mode")
     """Context mode the policy was trained in."""
-    history_length: int = 2
+    history_length: int = default_of("history_length")
     """(obs, action) pairs in a window prompt."""
     max_turns: int | None = None
     """Step cap per episode (None = the env's limit)."""
-    max_prompt_tokens: int = 2048
+    max_prompt_tokens: int = default_of("max_prompt_tokens")
     """Prompt budget per turn."""
-    max_new_tokens: int = 64
+    max_new_tokens: int = default_of("max_completion_length")
     """Completion length per turn (the recipe's ``max_completion_length``)."""
-    prefill: str = "<action>"
+    prefill: str = default_of("prefill")
     """Text after the assistant header."""
     stop_strings: tuple[str, ...] = ()
     """Strings that end a turn (the recipe's ``stop_strings``)."""

@@ -27,10 +27,11 @@ from typing import Any
 
 import torch
 
-from agentrl.registry import Param, resolve_params
+from agentrl.registry import Param, Registry, resolve_params, unknown_name
 
 # ----------------------------------------------------------------------------------- registries
-# Each registry is a name -> entry table with one decorator that refuses a taken name.
+# Each registry is an ``agentrl.registry.Registry`` (the one registrar: a taken name refused in
+# one line, an unknown one answered with a did-you-mean); the entries are kept as dataclasses.
 CorrectionFn = Callable[..., Any]
 """``fn(d, mask, settings) -> Treated``: a rollout correction (``agentrl.losses.correction``)."""
 SurrogateFn = Callable[..., Any]
@@ -67,72 +68,48 @@ class PolicyLoss:
     reduction: str | None = None
 
 
-_CORRECTIONS: dict[str, CorrectionFn] = {}
-_SURROGATES: dict[str, Surrogate] = {}
-_REDUCTIONS: dict[str, Reduction] = {}
-_LOSSES: dict[str, PolicyLoss] = {}
+_CORRECTIONS: Registry = Registry("rollout correction")
+_SURROGATES: Registry = Registry("surrogate", entry=lambda name, fn, a: Surrogate(fn, dict(a.get("params") or {}),
+                                                                                 bool(a.get("folds_correction"))))
+_REDUCTIONS: Registry = Registry("reduction", entry=lambda name, fn, a: Reduction(fn, a.get("split_invariant", True)))
+_LOSSES: Registry = Registry("policy loss", entry=lambda name, fn, a: PolicyLoss(fn, a.get("split_invariant", True),
+                                                                                 dict(a.get("params") or {})))
 
 
-def _add(table: dict[str, Any], kind: str, name: str, entry: Any) -> None:
-    if name in table:
-        held = table[name]
-        raise ValueError(f"{kind} {name!r} is already registered ({getattr(held, 'fn', held).__qualname__})")
-    table[name] = entry
-
-
-def _get(table: dict[str, Any], kind: str, name: str) -> Any:
+def _get(table: Registry, name: str) -> Any:
+    """``table``'s entry of ``name``; a one-line KeyError (did-you-mean, the registered names) otherwise."""
     _builtin()
     if name not in table:
-        raise KeyError(f"unknown {kind} {name!r}; registered: {', '.join(sorted(table))}")
+        raise KeyError(unknown_name(table.kind, name, sorted(table)))
     return table[name]
 
 
 def register_rollout_correction(name: str) -> Callable[[CorrectionFn], CorrectionFn]:
     """Decorator: register a rollout correction under ``name``."""
-
-    def deco(fn: CorrectionFn) -> CorrectionFn:
-        _add(_CORRECTIONS, "rollout correction", name, fn)
-        return fn
-
-    return deco
+    return _CORRECTIONS.register(name)
 
 
 def register_surrogate(name: str, *, params: dict[str, Param] | None = None,
                        folds_correction: bool = False) -> Callable[[SurrogateFn], SurrogateFn]:
     """Decorator: register a surrogate under ``name`` with its declared params."""
-
-    def deco(fn: SurrogateFn) -> SurrogateFn:
-        _add(_SURROGATES, "surrogate", name, Surrogate(fn, dict(params or {}), folds_correction))
-        return fn
-
-    return deco
+    return _SURROGATES.register(name, params=params, folds_correction=folds_correction)
 
 
 def register_reduction(name: str, *, split_invariant: bool = True) -> Callable[[ReductionFn], ReductionFn]:
     """Decorator: register a reduction under ``name``."""
-
-    def deco(fn: ReductionFn) -> ReductionFn:
-        _add(_REDUCTIONS, "reduction", name, Reduction(fn, split_invariant))
-        return fn
-
-    return deco
+    return _REDUCTIONS.register(name, split_invariant=split_invariant)
 
 
 def register_policy_loss(name: str, *, split_invariant: bool = True,
                          params: dict[str, Param] | None = None) -> Callable[[Callable], Callable]:
     """Decorator: register a whole loss ``fn(batch, settings) -> LossOutput`` under ``name``. A
     whole loss applies the rollout correction itself, if at all (``batch.correction``)."""
-
-    def deco(fn: Callable) -> Callable:
-        _add(_LOSSES, "policy loss", name, PolicyLoss(fn, split_invariant, dict(params or {})))
-        return fn
-
-    return deco
+    return _LOSSES.register(name, split_invariant=split_invariant, params=params)
 
 
 def register_loss_type(name: str, surrogate: str, reduction: str) -> None:
     """Register ``name`` as the loss ``surrogate`` + ``reduction`` (both registered already)."""
-    _add(_LOSSES, "policy loss", name, _composed(surrogate, reduction))
+    _LOSSES.add(name, _composed(surrogate, reduction), by=f"{__name__}.register_loss_type")
 
 
 def compose(surrogate: str, reduction: str) -> str:
@@ -143,7 +120,7 @@ def compose(surrogate: str, reduction: str) -> str:
 def _composed(surrogate: str, reduction: str) -> PolicyLoss:
     from .policy import composed_loss
 
-    s, r = _get(_SURROGATES, "surrogate", surrogate), _get(_REDUCTIONS, "reduction", reduction)
+    s, r = _get(_SURROGATES, surrogate), _get(_REDUCTIONS, reduction)
     return PolicyLoss(composed_loss(s, r), r.split_invariant, s.params, surrogate, reduction)
 
 
@@ -152,7 +129,7 @@ def policy_loss(name: str) -> PolicyLoss:
     _builtin()
     if name not in _LOSSES and name.count("+") == 1:
         return _composed(*name.split("+"))
-    return _get(_LOSSES, "policy loss", name)
+    return _get(_LOSSES, name)
 
 
 def get_policy_loss(name: str) -> Callable[..., Any]:
@@ -161,11 +138,11 @@ def get_policy_loss(name: str) -> Callable[..., Any]:
 
 
 def get_surrogate(name: str) -> Surrogate:
-    return _get(_SURROGATES, "surrogate", name)
+    return _get(_SURROGATES, name)
 
 
 def get_rollout_correction(name: str) -> CorrectionFn:
-    return _get(_CORRECTIONS, "rollout correction", name)
+    return _get(_CORRECTIONS, name)
 
 
 def policy_loss_names() -> list[str]:

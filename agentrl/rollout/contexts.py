@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agentrl.registry import class_registrar
+from agentrl.registry import Registry
 from agentrl.rollout.episode import Episode, Slot
 from agentrl.rollout.prompts import TurnTemplate, chat_text, decode_response, encode
 
@@ -49,24 +49,21 @@ class Row:
     gave none); None: none at all (fillers, rows from elsewhere)."""
 
 
-_CONTEXTS: dict[str, type[Context]] = {}
+_CONTEXTS: Registry[type[Context]] = Registry("context")
 
 
-register_context = class_registrar(_CONTEXTS, "context")
+register_context = _CONTEXTS.register
 """Class decorator: register a ``Context`` subclass under ``name``; a taken name is an error."""
 
 
 def context_names() -> list[str]:
     """Registered context names, in registration order."""
-    return list(_CONTEXTS)
+    return _CONTEXTS.names()
 
 
 def make_context(name: str, tokenizer, settings: RolloutSettings) -> Context:
-    """The context registered as ``name``; ValueError (one line, the valid names) if none is."""
-    cls = _CONTEXTS.get(name)
-    if cls is None:
-        raise ValueError(f"context_mode must be one of {context_names()}, got {name!r}")
-    return cls(tokenizer, settings)
+    """The context registered as ``name``; ValueError (one line, a did-you-mean, the valid names) if none is."""
+    return _CONTEXTS.lookup(name)(tokenizer, settings)
 
 
 class Context:

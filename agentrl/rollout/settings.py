@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrl.recipe_keys import default_of
+
 
 @dataclass
 class RolloutSettings:
@@ -13,24 +15,25 @@ class RolloutSettings:
 
     The trainer builds one from its config (``AgentGRPOTrainer.rollout_settings``) and changes
     fields with ``dataclasses.replace`` for extra rollouts (e.g. counterfactuals with other
-    ``env_kwargs``); eval, the demo and SFT build theirs directly.
+    ``env_kwargs``); eval, the demo and SFT build theirs directly. Its defaults are the recipe
+    keys' (``agentrl.recipe_keys``, where each is declared once).
     """
 
     env_id: str
     """A registered gymnasium id (``agentrl/TextCraft-v0``). Used to make the default env batch."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for ``gymnasium.make`` (default env batch only)."""
-    context_mode: str = "window"
+    context_mode: str = default_of("context_mode")
     """Name of a registered context (``agentrl.rollout.contexts``): ``window`` (one prompt per
     step), ``trajectory`` (one growing sequence per episode), or one registered by a plug-in."""
-    history_length: int = 2
+    history_length: int = default_of("history_length")
     """(observation, action) pairs in a window prompt; shrinks turn by turn when over-long."""
     max_turns: int | None = None
     """Step cap per episode; None = the env's ``max_episode_steps`` (30 when it has none)."""
-    max_prompt_tokens: int = 2048
+    max_prompt_tokens: int = default_of("max_prompt_tokens")
     """Prompt budget per turn. window: drop history pairs, then end the episode truncated;
     trajectory: the whole sequence so far must fit, else the episode ends truncated."""
-    prefill: str = "<action>"
+    prefill: str = default_of("prefill")
     """Text put right after the assistant header; it is part of the response the env sees."""
     stop_strings: tuple[str, ...] = ()
     """A turn's response ends after the first of these strings (``cut_at_stop``): the tokens a

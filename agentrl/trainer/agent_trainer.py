@@ -46,6 +46,7 @@ from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord, write_jsonl
 from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode
+from agentrl.rollout.failures import EnvFailureWatch
 from agentrl.rollout.metrics import episode_metrics, episode_summary
 from agentrl.rollout.ranks import Ranks
 from agentrl.rollout.rows import RowCounts, pack_rows, real_token_share
@@ -98,6 +99,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         self.loss_name, self.loss_options = algorithm.loss(args)
         """The registered policy loss (``agentrl.losses``) and its own options."""
         self.guard = NonFiniteGuard(args.nonfinite_max_consecutive)
+        self.env_failures = EnvFailureWatch(args.env_id, args.max_env_failure_rate, args.max_env_failure_iterations)
         self.skip_update = False
         """Whether the non-finite guard refused the optimizer step that ends at this micro-step."""
         self.last_loss: losses.LossOutput | None = None
@@ -291,6 +293,11 @@ class AgentGRPOTrainer(GRPOTrainer):
             values["credit/adv_abs_mean"] = float(np.mean(np.abs(credited.advantages)))
         values.update(self.algorithm.metrics(self.state.global_step))
         values.update(batch.metrics)
+        if mode == "train":  # env failures: counted, the first one said, a stop when nothing trains
+            values.update(self.env_failures.observe(
+                batch.episodes, counts.real, self.state.global_step + 1,
+                lambda x: gather_object([x]) if self.accelerator.num_processes > 1 else [x],
+                (lambda m: print(m, flush=True)) if self.accelerator.is_main_process else None))
         for k, v in values.items():
             m[k].append(v)
 
@@ -303,6 +310,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             d = r.to_dict()
             d.setdefault("info", {})["advantage"] = float(adv)
             dicts.append(d)
+        dicts += self.env_failures.take_records()  # episodes that failed before their first step
         write_jsonl(dicts, Path(self.args.output_dir) / "rollouts" / f"iter_{self.state.global_step:05d}.jsonl")
 
     def completion_logps(self, prompts: list[list[int]], completions: list[list[int]], entropy: bool = False,
@@ -444,6 +452,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             m[f"time/{k}"].append(self.timings.pop(k, 0.0))
         self._update_s = 0.0
         self.guard.check_stop()
+        self.env_failures.check_stop()
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """TRL's log; then a non-finite training loss, just logged as it was, leaves the Trainer's

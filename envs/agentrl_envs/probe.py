@@ -5,7 +5,7 @@ the benchmarks all ask the same two questions before any episode: what does this
 do these env kwargs and reset options give a task? They ask them here, in one wording, without
 importing the rollout. An id is a registered gymnasium id (``agentrl/TextCraft-v0``),
 ``module:ID`` (gymnasium's syntax: import ``module``, which registers ``ID``), or ``openenv:URL``
-/ ``openenv:NAME``: an OpenEnv server played over its protocol (``agentrl_envs.interop.openenv_client``).
+/ ``openenv:NAME``: an OpenEnv server played over its protocol (``agentrl_envs.openenv_client``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,17 @@ NAMESPACE = "agentrl/"
 OPENENV_PREFIX = "openenv:"
 
 
+def _ids_before_ours() -> frozenset[str]:
+    from gymnasium.envs.registration import registry
+
+    return frozenset(k for k in registry if not k.startswith(NAMESPACE))
+
+
+BEFORE_AGENTRL = _ids_before_ours()
+"""The ids gymnasium (and anything imported before this package) registered: not ours, not a
+plug-in's, so never listed as a choice (this module runs before ``agentrl_envs`` registers its ids)."""
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message (its type name when the message is empty):
     what a one-line error shows of a library's multi-line message."""
@@ -24,17 +35,18 @@ def first_line(e: BaseException) -> str:
 
 
 def registered_env_ids() -> list[str]:
-    """The registered ``agentrl/*`` env ids, sorted (agentrl's own and any an env module added)."""
+    """The env ids a run can name, sorted: agentrl's own (``agentrl/*``) and every id a plug-in
+    module registered (gymnasium's own are left out)."""
     from gymnasium.envs.registration import registry
 
     import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
 
-    return sorted(k for k in registry if k.startswith(NAMESPACE))
+    return sorted(k for k in registry if k not in BEFORE_AGENTRL)
 
 
 def check_env_id(env_id: str) -> None:
-    """ValueError, one line naming the valid ids, unless ``env_id`` names an env (:func:`env_spec`;
-    import an env module that registers its ids before asking)."""
+    """ValueError, one line with a did-you-mean and the valid ids, unless ``env_id`` names an env
+    (:func:`env_spec`; import an env module that registers its ids before asking)."""
     env_spec(env_id)
 
 
@@ -46,9 +58,12 @@ def env_spec(env_id: str):
     from gymnasium.envs.registration import registry
 
     import agentrl_envs  # noqa: F401  (registers agentrl/* ids)
+    from agentrl_envs.registry import did_you_mean
 
+    if not isinstance(env_id, str):
+        raise ValueError(f"unknown env id {env_id!r}; valid: {', '.join(registered_env_ids())}")
     if env_id.startswith(OPENENV_PREFIX):
-        from agentrl_envs.interop.openenv_client import openenv_spec
+        from agentrl_envs.openenv_client import openenv_spec
 
         try:
             return openenv_spec(env_id[len(OPENENV_PREFIX):])
@@ -62,8 +77,10 @@ def env_spec(env_id: str):
         except ImportError as e:
             raise ValueError(f"cannot import {module!r} for env id {env_id!r}: {first_line(e)}") from None
     if name not in registry:
-        raise ValueError(f"unknown env id {env_id!r}; valid: {', '.join(registered_env_ids())}, "
-                         f"{OPENENV_PREFIX}URL or {OPENENV_PREFIX}NAME")
+        ids = registered_env_ids()
+        raise ValueError(f"unknown env id {env_id!r}{did_you_mean(env_id, ids)}; valid: {', '.join(ids)}, "
+                         f"{OPENENV_PREFIX}URL or {OPENENV_PREFIX}NAME (an env of your own: name its module in "
+                         "env_modules / --env-modules)")
     return registry[name]
 
 

@@ -307,12 +307,21 @@ def test_appo_estimator_group_relative_outcomes():
                                             approx(1.069042), approx(-1.603563), approx(-0.267261)]
 
 
-def test_appo_estimator_kwargs_checked():
+def test_appo_kwargs_checked():
+    # the estimator's own kwargs (record level), and the algorithm's settings (algorithm_kwargs)
     from agentrl import credit
+    from agentrl.algorithms.appo import PARAMS
+    from agentrl.registry import resolve_params
 
-    with pytest.raises(ValueError, match=r"kwarg scope='tree' must be one of 'rollout', 'prompt'"):
-        credit.validate("appo", scope="tree")
+    assert set(credit.describe("appo")["kwargs"]) == {"gamma", "grouping"}
+    with pytest.raises(ValueError, match=r"kwarg grouping='tree' must be one of 'dual', 'joint'"):
+        credit.validate("appo", grouping="tree")
+    with pytest.raises(ValueError, match=r"credit estimator 'appo' has no kwarg 'budget'"):
+        credit.validate("appo", budget=2)  # APPO's setting, not the estimator's
+    with pytest.raises(ValueError, match=r"algorithm 'appo': kwarg scope='tree' must be one of 'rollout', 'prompt'"):
+        resolve_params(PARAMS, {"scope": "tree"}, "algorithm 'appo'")
     with pytest.raises(ValueError, match=r"kwarg decay=0.0 must be >= 1e-06"):
-        credit.validate("appo", decay=0)
-    d = credit.describe("appo")["kwargs"]
-    assert d["budget"][0] == 1 and d["combine"][0] == "average" and d["omega_baseline"][0] == "ref"
+        resolve_params(PARAMS, {"decay": 0}, "algorithm 'appo'")
+    d = resolve_params(PARAMS, {}, "algorithm 'appo'")
+    assert d["budget"] == 1 and d["combine"] == "average" and d["omega_baseline"] == "ref" and "gamma" not in d
+    assert PARAMS["grouping"] is credit.registry.lookup("appo").params["grouping"]  # declared once

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from agentrl.algorithms import appo_branch_points as branching
-from agentrl.credit.registry import resolve as resolve_estimator
+from agentrl.algorithms.appo import PARAMS as APPO_PARAMS
+from agentrl.registry import resolve_params
 
 approx = lambda x: pytest.approx(x, rel=1e-5, abs=1e-9)  # noqa: E731
 
 
 def _appo_kw(**kw):
-    return resolve_estimator("appo", {"gamma": 0.95, **kw})[1]
+    return resolve_params(APPO_PARAMS, kw, "algorithm 'appo'")
 
 
 # ============================================================================ 1. Eq. 5's population

@@ -63,12 +63,14 @@ def test_available_names():
 @pytest.mark.parametrize(
     "name, kw, msg",
     [
-        ("nope", {}, "unknown credit estimator 'nope'; valid: grpo, rloo"),
+        ("nope", {}, "unknown credit estimator 'nope'; registered: grpo, rloo"),
+        ("gipgo", {}, "unknown credit estimator 'gipgo' (did you mean 'gigpo'?); registered: grpo, rloo"),
         (
             "gigpo",
             {"eps": 0.1},
-            "unknown kwarg(s) 'eps' for credit estimator 'gigpo'; valid kwargs: gamma, w, norm",
+            "credit estimator 'gigpo' has no kwarg 'eps' (its kwargs: gamma, w, norm",
         ),
+        ("gigpo", {"nrom": "mean"}, "credit estimator 'gigpo' has no kwarg 'nrom' (did you mean 'norm'?) (its kwargs"),
         ("gigpo", {"norm": "std"}, "norm='std' must be one of 'mean_std', 'mean'"),
         ("gigpo", {"w": "1"}, "w='1' must be a number"),
         ("gigpo", {"gamma": 1.5}, "gamma=1.5 must be in [0.0, 1.0]"),
@@ -195,7 +197,7 @@ def test_compare_cli(tmp_path, capsys):
         ('{"group_id": "g"}\n', [], "lack required field"),
         ("", [], "no step records"),
         ('{"group_id": "g"}\n', ["--estimators", "bad"], "unknown credit estimator 'bad'"),
-        ('{"group_id": "g"}\n', ["--set", "gigpo.eps=1"], "unknown kwarg(s) 'eps'"),
+        ('{"group_id": "g"}\n', ["--set", "gigpo.eps=1"], "has no kwarg 'eps'"),
     ],
 )
 def test_compare_cli_errors(tmp_path, capsys, content, args, msg):
@@ -246,7 +248,7 @@ def test_parse_spec_command_line_form():
     assert parse_spec("hgpo:base_group=true") == ("hgpo", {"base_group": True})
     for bad, msg in [("gigpo:w", "kwargs are written name:key=value, got 'w'"),
                      ("nosuch", "unknown credit estimator 'nosuch'"),
-                     ("gigpo:nokwarg=1", "unknown kwarg(s) 'nokwarg'"),
+                     ("gigpo:nokwarg=1", "has no kwarg 'nokwarg'"),
                      ("gigpo:w=abc", "kwarg w='abc' must be a number")]:
         with pytest.raises(ValueError) as e:
             parse_spec(bad)

@@ -106,17 +106,19 @@ def test_run_folder_keeps_iterations_apart(tmp_path, capsys):
     run = tmp_path / "run"
     write_jsonl(it2, run / "rollouts" / "iter_00010.jsonl")
     write_jsonl(it1, run / "rollouts" / "iter_00002.jsonl")
-    recs = load_rollouts(run)  # a run's output folder: its rollouts/ is read
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n')  # a run folder holds the log too
+    recs = load_rollouts(run)  # a run's output folder: its rollouts/ is read, not its metrics.jsonl
     assert [r["group_id"] for r in recs] == ["iter_00002/g"] * 2 + ["iter_00010/g"] * 2
     # iteration 2: returns [1, 0] -> +-0.707 (GRPO); iteration 10: equal -> 0, 0
     a = compute("grpo", recs).step_advantages
     assert a.tolist() == pytest.approx([0.5 / (np.sqrt(0.5) + 1e-6), -0.5 / (np.sqrt(0.5) + 1e-6), 0.0, 0.0])
-    assert main([str(run / "rollouts"), "--estimators", "grpo", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["records"] == 4
+    for where in (run, run / "rollouts"):  # README's form `agentrl credit compare runs/X`, and its rollouts/
+        assert main([str(where), "--estimators", "grpo", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["records"] == 4
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main([str(empty)]) == 2
-    assert "no *.jsonl files" in capsys.readouterr().err
+    assert "no saved rollouts" in capsys.readouterr().err
 
 
 def test_plot_and_its_data(tmp_path):

@@ -139,7 +139,7 @@ def test_agentrl_train_on_the_dipg_env(dipg, tmp_path):
     replicas, so each env of the batch has its own server."""
     urls, _, _ = dipg
     (tmp_path / "dipg_pool.py").write_text(
-        "from agentrl_envs.interop.openenv_client import register_openenv\n"
+        "from agentrl_envs.openenv_client import register_openenv\n"
         f"register_openenv('dipg', {urls!r}, prompt_template={TEMPLATE!r}, success_reward=30.0)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *(p for p in sys.path if p)]))
     out = tmp_path / "run"

@@ -18,8 +18,22 @@ def test_check_env_id_names_the_valid_ids():
     with pytest.raises(ValueError) as e:
         check_env_id("agentrl/TextKraft-v0")
     msg = str(e.value)
-    assert msg.startswith("unknown env id 'agentrl/TextKraft-v0'; valid: agentrl/")
+    assert msg.startswith("unknown env id 'agentrl/TextKraft-v0' (did you mean 'agentrl/TextCraft-v0'?); valid: ")
     assert "\n" not in msg and all(i in msg for i in ENV_SPECS)
+    assert "CartPole-v1" not in msg  # gymnasium's own ids are not a run's choices
+
+
+def test_ids_a_module_registers_are_listed():
+    from gymnasium.envs.registration import register, registry
+
+    try:
+        register(id="mine/Guess-v0", entry_point="agentrl_envs.textcraft:TextCraftEnv")
+        assert "mine/Guess-v0" in registered_env_ids()
+        with pytest.raises(ValueError, match=r"^unknown env id 'mine/Gues-v0' \(did you mean 'mine/Guess-v0'\?\); "
+                           r"valid: .*mine/Guess-v0"):
+            check_env_id("mine/Gues-v0")
+    finally:
+        registry.pop("mine/Guess-v0", None)
 
 
 def test_probe_task_and_make_env():

@@ -83,10 +83,16 @@ def test_hub_call(monkeypatch):
 
 
 def test_errors(tmp_path):
-    with pytest.raises(
-        ValueError, match="unknown benchmark 'math501'; choose one of gsm8k, math_train, math500"
+    with pytest.raises(  # the registry's one line: a did-you-mean, then every registered name
+        ValueError, match=r"unknown benchmark 'math501' \(did you mean 'math500'\?\); registered: gsm8k, math_train, math500"
     ):
         load_benchmark("math501")
+    from agentrl_envs.tasks.benchmarks import BENCHMARKS, Benchmark, register
+
+    with pytest.raises(ValueError, match=r"^benchmark 'gsm8k' is already registered \(by agentrl_envs.tasks"
+                       r".benchmarks \(openai/gsm8k\)\); choose another name$"):
+        register(Benchmark("gsm8k", "someone/else", "test", ("q",)))
+    assert BENCHMARKS["gsm8k"].hub_id == "openai/gsm8k"
     with pytest.raises(FileNotFoundError, match="benchmark file not found: /no/such.jsonl"):
         load_benchmark("math500", path="/no/such.jsonl")
     bad = tmp_path / "x.csv"

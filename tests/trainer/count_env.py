@@ -5,8 +5,9 @@ body is ``str(t + 1)``: reward 1, else 0 (a non-number is rejected: invalid-acti
 The episode terminates after ``options["length"]`` executed commands (default 3; a malformed
 reply without ``<action>`` tags is not executed and does not count), so tests control episode
 lengths per task; ``won`` when every step was correct. ``options["raise_at"] = k`` makes step k
-raise and ``options["prompt_raise_at"] = k`` makes the prompt builders raise at step k (to test
-env failures). State signature = the step index; action signature = the body.
+raise, ``options["broken_at"] = k`` makes every step call from the k-th on (from 0) raise whatever
+the reply (0: a broken env), and ``options["prompt_raise_at"] = k`` makes the prompt builders raise
+at step k (to test env failures). State signature = the step index; action signature = the body.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ class CountEnv(TextEnv):
     env_title = "a counting game"
 
     def _reset_task(self, seed, options: dict[str, Any]):
-        bad = sorted(set(options) - {"length", "lengths", "raise_at", "prompt_raise_at", "family", "parity"})
+        bad = sorted(set(options) - {"length", "lengths", "raise_at", "prompt_raise_at", "family", "parity",
+                                     "broken_at"})
         if bad:
             raise ValueError(f"unknown reset option(s) {bad}; valid: length, raise_at, family")
         self._length = int(options.get("length", 3))
@@ -34,10 +36,13 @@ class CountEnv(TextEnv):
         self._t = 0
         self._all_correct = True
         self._parity = bool(options.get("parity", False))
+        self._broken_at = options.get("broken_at")
         fam = str(options.get("family", f"len{self._length}"))
         return f"count from 1 to {self._length}", "Say 1.", fam, {}
 
     def step(self, response: str):
+        if self._broken_at is not None and self._steps >= int(self._broken_at):
+            raise RuntimeError(f"the counter is broken at call {self._steps} (test)")
         if not self._parity:
             return super().step(response)
         self._steps += 1

@@ -22,16 +22,49 @@ def _cfg(**kw):
 @pytest.mark.parametrize("kw, name", [
     ({}, "grpo"),
     ({"credit": "gigpo"}, "grpo"),  # any per-record credit module: the default algorithm
-    ({"credit": "appo"}, "appo"),
-    ({"collab": "think_solve", "credit": "ccpo"}, "collab"),
-    ({"collab": "think_solve", "credit": "shared"}, "collab"),
-    ({"credit": "sepo"}, "collab"),  # a collaboration credit without collab: its check refuses it
+    ({"credit": "appo"}, "grpo"),  # the credit name selects nothing (an old recipe is read first: below)
     ({"algorithm": "appo", "credit": "appo"}, "appo"),  # named: the recipe's choice
     ({"algorithm": "grpo", "credit": "appo"}, "grpo"),
 ])
-def test_the_recipe_keys_select_the_algorithm(kw, name):
+def test_the_algorithm_key_alone_selects_the_algorithm(kw, name):
     assert algorithm_name(_cfg(**kw)) == name
     assert algorithms.for_config(_cfg(**kw)).name == name
+
+
+@pytest.mark.parametrize("data, overrides, algorithm, kwargs, note", [
+    # no algorithm named: the credit that used to select one is read as that algorithm
+    ({"credit": "appo"}, [], "appo", None, "credit: appo no longer selects the algorithm; read as algorithm: appo"),
+    ({"credit": "ccpo"}, [], "collab", None, "credit: ccpo no longer selects the algorithm; read as algorithm: collab"),
+    # APPO's settings in credit_kwargs (an older APPO recipe) move to its algorithm_kwargs, gamma stays
+    ({"algorithm": "appo", "credit": "appo", "credit_kwargs": {"budget": 8, "b": 0.0}}, [], "appo",
+     {"budget": 8, "b": 0.0}, "budget, b are now kwargs of algorithm: appo (algorithm_kwargs), not of credit_kwargs"),
+    ({"credit": "appo"}, ["--credit_kwargs", '{"scope": "prompt"}'], "appo", {"scope": "prompt"},
+     "read as algorithm: appo (name it in the recipe); scope is now kwargs of algorithm: appo"),
+    # named, or nothing to infer: read as written, no note
+    ({"algorithm": "grpo", "credit": "appo"}, [], "grpo", None, None),
+    ({"credit": "gigpo", "credit_kwargs": {"budget": 8}}, [], None, None, None),
+    ({"credit": "appo"}, ["--algorithm", "grpo", "--task_seeds", "7", "3"], None, None, None),  # the parser's
+])
+def test_an_older_recipe_is_read_in_todays_convention_with_a_note(data, overrides, algorithm, kwargs, note):
+    from agentrl.config.upgrade import read_old_recipe
+
+    out, rest, said = read_old_recipe(data, overrides)
+    assert out.get("algorithm") == algorithm
+    # a key read here leaves the command line (its value is in the recipe now); the rest is untouched
+    assert rest == ([] if "--credit_kwargs" in overrides else overrides)
+    assert (out.get("algorithm_kwargs") or None) == kwargs
+    assert "gamma" not in (out.get("algorithm_kwargs") or {})
+    if note is None:
+        assert said is None
+    else:
+        assert said.startswith("note: ") and note in said and said.endswith("; read as such") and "\n" not in said
+
+
+def test_a_collaboration_credit_under_another_algorithm_is_refused():
+    from agentrl.recipe_file import RecipeError
+
+    with pytest.raises(RecipeError, match="credit 'ccpo' credits the roles of a collaboration: set algorithm: collab"):
+        algorithms.check(_cfg(algorithm="grpo", credit="ccpo"))
 
 
 def test_duplicate_names_are_refused(monkeypatch):
@@ -43,8 +76,10 @@ def test_duplicate_names_are_refused(monkeypatch):
     assert algorithms.algorithm_names() == ["appo", "collab", "grpo"]
     with pytest.raises(ValueError, match="algorithm 'appo' is already registered"):
         register_algorithm("appo")(type("Other", (Algorithm,), {}))
-    with pytest.raises(KeyError, match="unknown algorithm 'x'; registered: appo, collab, grpo"):
+    with pytest.raises(ValueError, match="^unknown algorithm 'x'; registered: grpo, appo, collab$"):
         algorithms.get_algorithm("x")
+    with pytest.raises(ValueError, match=r"^unknown algorithm 'apo' \(did you mean 'appo'\?\); registered: "):
+        algorithms.get_algorithm("apo")
 
 
 def test_default_hooks_are_the_credit_module_and_the_recipes_loss():
@@ -80,7 +115,7 @@ def test_algorithm_kwargs_are_checked_against_the_declared_params():
     Tempered.name = "tempered"
     assert Tempered(_cfg(algorithm_kwargs={"temperature": 2})).kwargs == {"temperature": 2.0}
     assert Tempered(_cfg(algorithm_kwargs=None)).kwargs == {"temperature": 1.0}
-    with pytest.raises(ValueError, match="algorithm 'tempered' has no kwarg 'temp' .its kwargs: temperature"):
+    with pytest.raises(ValueError, match=r"algorithm 'tempered' has no kwarg 'temp' \(did you mean 'temperature'\?\) \(its kwargs: temperature\)"):
         Tempered(_cfg(algorithm_kwargs={"temp": 2}))
     with pytest.raises(ValueError, match=r"algorithm 'tempered': kwarg temperature=-1.0 must be >= 0.0"):
         Tempered(_cfg(algorithm_kwargs={"temperature": -1}))

@@ -22,10 +22,10 @@ def appo_trainer(tiny_model_dir, tmp_path_factory):
     rec.write_text(yaml.safe_dump(dict(
         model_name_or_path=tiny_model_dir, env_id="agentrl-test/Count-v0", task_split="", num_tasks=4,
         num_generations=2, per_device_train_batch_size=2, max_steps=1, bf16=False, context_mode="trajectory",
-        credit="appo", credit_kwargs={"omega_baseline": "behaviour"}, gradient_checkpointing=False,
+        algorithm="appo", credit="appo", algorithm_kwargs={"omega_baseline": "behaviour"}, gradient_checkpointing=False,
         report_to="none", output_dir=str(tmp / "o"), use_cpu=True)))
     tr = AgentGRPOTrainer(model=tiny_model_dir, args=load_recipe(str(rec), []))
-    assert tr.algorithm.name == "appo"  # credit: appo selects the APPO plug-in
+    assert tr.algorithm.name == "appo"  # algorithm: appo selects the APPO plug-in
     return tr
 
 
@@ -127,17 +127,21 @@ def test_eq7_composes_with_the_loss_types_reduction(appo_trainer):
 
 @pytest.mark.parametrize("extra, msg", [
     ({"loss_type": "cispo", "epsilon_high": 5.0}, "reweights the clipped surrogate; loss_type 'cispo' has surrogate"),
-    ({"context_mode": "window"}, "credit appo needs context_mode: trajectory"),
+    ({"context_mode": "window"}, "algorithm appo needs context_mode: trajectory"),
     ({"beta": 0.0}, "omega_baseline 'ref' needs a reference model"),
-    ({"credit_kwargs": {"budget": -1}}, "kwarg budget=-1 must be in [0, 4096]"),
-    ({"credit_kwargs": {"combine": "max"}}, "kwarg combine='max' must be one of 'average', 'sum'"),
+    ({"algorithm_kwargs": {"budget": -1}}, "algorithm 'appo': kwarg budget=-1 must be in [0, 4096]"),
+    ({"algorithm_kwargs": {"combine": "max"}}, "kwarg combine='max' must be one of 'average', 'sum'"),
+    ({"credit_kwargs": {"grouping": "joint"}, "algorithm_kwargs": {"grouping": "dual"}},
+     "grouping is set twice, in credit_kwargs ('joint') and in algorithm_kwargs ('dual')"),
+    ({"loss_type": "appo"}, "under algorithm appo, loss_type is the reduction Eq. 7 is applied with"),
 ])
 def test_bad_appo_recipes_fail_in_one_line(tiny_model_dir, tmp_path, extra, msg):
     from agentrl.config import load_recipe
     from agentrl.recipe_file import RecipeError
 
     d = dict(model_name_or_path=tiny_model_dir, env_id="agentrl-test/Count-v0", task_split="", num_tasks=4,
-             num_generations=2, per_device_train_batch_size=2, context_mode="trajectory", credit="appo", beta=0.001,
+             num_generations=2, per_device_train_batch_size=2, context_mode="trajectory", algorithm="appo", credit="appo",
+             beta=0.001,
              report_to="none", output_dir=str(tmp_path / "o"), use_cpu=True)
     d.update(extra)
     rec = tmp_path / "r.yaml"
@@ -145,3 +149,27 @@ def test_bad_appo_recipes_fail_in_one_line(tiny_model_dir, tmp_path, extra, msg)
     with pytest.raises(RecipeError) as e:
         load_recipe(str(rec), [])
     assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_older_appo_recipe_is_read_in_todays_convention_with_one_note(tiny_model_dir, tmp_path, capsys):
+    # before: credit: appo selected the algorithm and APPO's settings lived in credit_kwargs
+    from agentrl.config import load_recipe
+
+    old = dict(model_name_or_path=tiny_model_dir, env_id="agentrl-test/Count-v0", task_split="", num_tasks=4,
+               num_generations=2, per_device_train_batch_size=2, context_mode="trajectory", credit="appo", beta=0.001,
+               credit_kwargs={"budget": 2, "omega_baseline": "behaviour"}, report_to="none",
+               output_dir=str(tmp_path / "o"), use_cpu=True)
+    rec = tmp_path / "old.yaml"
+    rec.write_text(yaml.safe_dump(old))
+    capsys.readouterr()
+    cfg = load_recipe(str(rec), [])
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "agentrl: note: credit: appo no longer selects the algorithm; read as algorithm: appo (name it in the recipe); "
+        "budget, omega_baseline are now kwargs of algorithm: appo (algorithm_kwargs), not of credit_kwargs; read as "
+        "such"]
+    assert (cfg.algorithm, cfg.algorithm_kwargs, cfg.credit_kwargs) == (
+        "appo", {"budget": 2, "omega_baseline": "behaviour"}, {})
+    new = dict(old, algorithm="appo", algorithm_kwargs=old["credit_kwargs"], credit_kwargs={})
+    rec.write_text(yaml.safe_dump(new))
+    same = load_recipe(str(rec), [])
+    assert same.to_dict() == cfg.to_dict() and capsys.readouterr().err == ""  # the same run, no note

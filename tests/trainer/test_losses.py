@@ -121,13 +121,13 @@ def test_registry_refuses_a_taken_name_and_names_the_registered():
             "token_mean_micro"} <= set(losses.reduction_names())
     with pytest.raises(ValueError, match="policy loss 'dapo' is already registered"):
         losses.register_policy_loss("dapo")(lambda b, s: None)
-    with pytest.raises(ValueError, match="surrogate 'clip' is already registered .clipped_surrogate."):
+    with pytest.raises(ValueError, match="surrogate 'clip' is already registered .by agentrl.losses.policy.clipped_surrogate."):
         losses.register_surrogate("clip")(lambda b, s, r: None)
     with pytest.raises(ValueError, match="reduction 'token_mean' is already registered"):
         losses.register_reduction("token_mean")(lambda x, m, s: None)
     with pytest.raises(KeyError, match="unknown policy loss 'ppo'; registered: bnpo, cispo"):
         losses.get_policy_loss("ppo")
-    with pytest.raises(KeyError, match="unknown reduction 'token_sum'; registered: seq_mean_token_mean"):
+    with pytest.raises(KeyError, match="unknown reduction 'token_sum' .did you mean 'token_mean'..; registered: seq_mean_token_mean"):
         losses.get_policy_loss("clip+token_sum")
 
 

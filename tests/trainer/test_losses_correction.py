@@ -44,7 +44,7 @@ def test_the_registered_modes():
                                                  "sequence_truncate", "token_mask", "token_truncate"]
     with pytest.raises(ValueError, match="rollout correction 'token_mask' is already registered"):
         losses.register_rollout_correction("token_mask")(lambda d, m, s: None)
-    with pytest.raises(KeyError, match="unknown rollout correction 'token'; registered: geometric_mask"):
+    with pytest.raises(KeyError, match="unknown rollout correction 'token' .did you mean 'token_mask'..; registered: geometric_mask"):
         losses.get_rollout_correction("token")
 
 

@@ -86,7 +86,8 @@ CELLS = {
                              algorithm_kwargs={"steps": [2]}), [("mid_step", 3)], slow=False),
     # APPO: branch points, the prompt pool, its sampling
     "appo": Cell(dict(COUNT, context_mode="trajectory", algorithm="appo", credit="appo", beta=0.001,
-                      credit_kwargs={"budget": 2, "omega_baseline": "behaviour"}), [("mid_step", 2), ("mid_rollout", 1)]),
+                      algorithm_kwargs={"budget": 2, "omega_baseline": "behaviour"}),
+                 [("mid_step", 2), ("mid_rollout", 1)]),
     # 2-process ZeRO-3 on CPU
     "zero3_grpo": Cell(dict(COUNT, use_cpu=False, per_device_train_batch_size=2), [("before_publish", 3)],
                        launcher="zero3"),

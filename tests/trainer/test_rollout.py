@@ -238,8 +238,10 @@ def test_context_registry_refuses_duplicates_and_unknown_names(tiny):
     _, tok = tiny
     with pytest.raises(ValueError, match="'window' is already registered"):
         register_context("window")(EchoContext)
-    with pytest.raises(ValueError, match=r"context_mode must be one of \['window', 'trajectory'"):
+    with pytest.raises(ValueError, match=r"^unknown context 'sideways'; registered: window, trajectory, "):
         make_context("sideways", tok, S())
+    with pytest.raises(ValueError, match=r"^unknown context 'windows' \(did you mean 'window'\?\); registered: "):
+        make_context("windows", tok, S())
 
 
 @pytest.mark.parametrize("mode", ["window", "trajectory"])
@@ -316,6 +318,7 @@ def test_reset_failure_and_bad_env_id(tiny):
     a, b = run_episodes(tasks, scripted(tok), tok, S())
     assert a.length == 2 and a.won
     assert b.length == 0 and b.truncated and b.error.startswith("reset: ValueError: unknown reset option")
-    with pytest.raises(ValueError, match="unknown env id .agentrl-test/Nope-v0.; valid: agentrl/") as e:
+    with pytest.raises(ValueError, match=r"unknown env id .agentrl-test/Nope-v0. \(did you mean .agentrl-test/Count-v0."
+                       r"\?\); valid: agentrl-test/Count-v0, agentrl/") as e:
         InProcessEnvs("agentrl-test/Nope-v0", {}, 2)
     assert "\n" not in str(e.value)

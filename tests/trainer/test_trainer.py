@@ -218,7 +218,7 @@ def test_recipe_errors_in_process(tmp_path, tiny_model_dir, capsys, monkeypatch)
         # "runs/x" looks like a hub id; its existing parent folder (cwd is tmp_path) makes it local
         (dict(model_name_or_path="runs/no_such_model"), (), "model folder not found: runs/no_such_model"),
         (dict(use_vllm=True), (), "use_vllm: true needs vllm"),
-        (dict(context_mode="sideways"), (), "context_mode must be one of"),
+        (dict(context_mode="sideways"), (), "context_mode: unknown context 'sideways'; registered: window, trajectory"),
         (dict(task_options={"bogus": 1}), (), "bogus"),
         # looks like a hub id, its parent folder does not exist here, and we are offline
         (dict(model_name_or_path="models/tiny_missing"), (), "model folder not found: models/tiny_missing"),

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..registry import Registry
 from .math import MathProblem, clean_gold, last_boxed
 
 
@@ -62,14 +63,13 @@ class Benchmark:
     """Columns copied into ``MathProblem.meta`` when present."""
 
 
-BENCHMARKS: dict[str, Benchmark] = {}
+BENCHMARKS: Registry[Benchmark] = Registry("benchmark")
+"""Benchmark name -> ``Benchmark`` (``agentrl_envs.registry``: a taken name is refused)."""
 
 
 def register(b: Benchmark) -> Benchmark:
-    if b.name in BENCHMARKS:
-        raise ValueError(f"benchmark {b.name!r} is already registered")
-    BENCHMARKS[b.name] = b
-    return b
+    """Register ``b`` under its name."""
+    return BENCHMARKS.add(b.name, b, by=f"{__name__} ({b.hub_id})")
 
 
 register(Benchmark("gsm8k", "openai/gsm8k", "test", ("question",), _gsm8k_answer, config="main"))
@@ -157,9 +157,7 @@ def load_benchmark(
     ``limit`` rows. Errors are one line: an unknown name lists the known ones, a missing file
     names the path, a missing column names the columns the file has.
     """
-    if name not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
-    b = BENCHMARKS[name]
+    b = BENCHMARKS.lookup(name)
     if path is not None:
         rows = read_rows(path)
     else:

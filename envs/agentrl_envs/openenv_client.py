@@ -44,7 +44,7 @@ from gymnasium.envs.registration import EnvSpec
 
 from agentrl_envs.actions import parse_action
 from agentrl_envs.base import MAX_ACTION, MAX_TEXT, PRINTABLE, clip
-from agentrl_envs.interop import SERVER_NAME, missing_extra
+from agentrl_envs.extras import SERVER_NAME, missing_extra
 from agentrl_envs.prompts import history_entry
 
 PREFIX = "openenv:"
@@ -162,7 +162,7 @@ def openenv_spec(target: str) -> EnvSpec:
     info = server_info(urls[0])  # replicas serve the same env
     limit = info["state"].get("max_episode_steps") if info["agentrl"] else None
     safe = re.sub(r"[^\w:.-]", "_", target if "://" not in target else urls[0])
-    return EnvSpec(id=f"openenv/{safe}", entry_point="agentrl_envs.interop.openenv_client:OpenEnvTextEnv",
+    return EnvSpec(id=f"openenv/{safe}", entry_point="agentrl_envs.openenv_client:OpenEnvTextEnv",
                    kwargs={"url": urls[0] if len(urls) == 1 else urls, **defaults}, max_episode_steps=limit,
                    disable_env_checker=True)
 
