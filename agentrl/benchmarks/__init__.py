@@ -20,6 +20,7 @@ BENCHMARKS = {
     "appo": ("appo", "APPO's seconds per step with and without branching; ToolReason's latency"),
     "collab": ("collab", "a Think-Solve step under each collaboration credit; counterfactual and rating cost"),
     "appo-warm": ("appo_warm", "build the tiny warm-started ToolReason model the APPO bench and CPU recipes use"),
+    "memory": ("memory", "peak memory per phase (load, SFT, rollout, credit, log-probs, forward, backward, ...)"),
     "gpu": ("gpu", "the card's recipe on this machine's GPU (Qwen2.5 bodies, no hub): checks, timings, gpu.md"),
 }
 
