@@ -21,6 +21,7 @@ BENCHMARKS = {
     "collab": ("collab", "a Think-Solve step under each collaboration credit; counterfactual and rating cost"),
     "appo-warm": ("appo_warm", "build the tiny warm-started ToolReason model the APPO bench and CPU recipes use"),
     "memory": ("memory", "peak memory per phase (load, SFT, rollout, credit, log-probs, forward, backward, ...)"),
+    "scale": ("scale", "one iteration's time and memory as turns, group size, context mode and model grow"),
     "gpu": ("gpu", "the card's recipe on this machine's GPU (Qwen2.5 bodies, no hub): checks, timings, gpu.md"),
 }
 
