@@ -20,6 +20,7 @@ a CPU.
 
 from __future__ import annotations
 
+import functools
 import types
 from contextlib import nullcontext
 
@@ -78,6 +79,9 @@ def install_compact_lm_head(model, temperature: float = 1.0, outputs: tuple[str,
     scale = getattr(text, "logit_scale", None)
     scale = 1.0 if scale is None else float(scale)
 
+    # the model's own signature: generate reads it (``logits_to_keep`` in it = project only the
+    # prompt's last position at prefill, not every position over the whole vocabulary)
+    @functools.wraps(type(model).forward)
     def forward(self, *args, fused_lm_head: bool = False, labels=None, **kwargs):
         if not fused_lm_head:
             return before(*args, labels=labels, **kwargs) if labels is not None else before(*args, **kwargs)

@@ -56,8 +56,16 @@ def test_plain_calls_still_reach_the_models_own_forward(tiny):
     ids = torch.tensor([[5, 6, 7]])
     with torch.no_grad():
         assert torch.equal(ours(input_ids=ids).logits, model(input_ids=ids).logits)
-        out = ours.generate(input_ids=ids, max_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id)
-    assert out.shape == (1, 6)
+    # generate keeps projecting only the last position at prefill (it reads the forward's signature
+    # for logits_to_keep): the LM head sees one position per call, never the whole prompt
+    assert ours._supports_logits_to_keep()
+    widths = []
+    hook = ours.lm_head.register_forward_hook(lambda m, a, o: widths.append(a[0].shape[1]))
+    with torch.no_grad():
+        out = ours.generate(input_ids=torch.tensor([[5, 6, 7, 8, 9, 10]]), max_new_tokens=3, do_sample=False,
+                            pad_token_id=tok.pad_token_id)
+    hook.remove()
+    assert out.shape == (1, 9) and widths == [1, 1, 1]
 
 
 @pytest.fixture(scope="module")
