@@ -1,6 +1,8 @@
 """``make demo``: the whole pipeline on CPU (2 cores; docs/results/demo.md has the figures and times).
 
-    python -m agentrl.demo [--out runs/demo] [--quick] [--design tiny|smollm2]
+    python -m agentrl.demo [--out runs/demo] [--quick] [--design tiny|smollm2] [-- --key value ...]
+
+(recipe keys after ``--`` go to the RL phase's ``agentrl.train``, after the design's own: a trial.)
 
 1. **Model.** ``tiny`` (default): a small Qwen2 (hidden 128, 2 layers) with a BPE tokenizer
    trained on TextCraft's own text (the train split's expert episodes). ``smollm2``:
@@ -81,6 +83,38 @@ def precision(design: dict):
 
 def log(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def memory_meter():
+    """A ``PhaseMeter`` of resident memory (CUDA tensors on a GPU) for the demo's phases, or None
+    where the process's memory peak cannot be read (no Linux /proc)."""
+    from agentrl.memory import PhaseMeter, default_gauges
+
+    try:
+        return PhaseMeter(default_gauges())
+    except OSError:
+        return None
+
+
+def phase(meter, name: str):
+    """``meter.phase(name)``, then freed heap pages back to the OS (so the next phase does not carry
+    this one's peak as resident memory); nothing without a meter."""
+    import contextlib
+
+    from agentrl.memory import release_freed_memory
+
+    @contextlib.contextmanager
+    def ctx():
+        try:
+            if meter is None:
+                yield
+            else:
+                with meter.phase(name):
+                    yield
+        finally:
+            release_freed_memory()
+
+    return ctx()
 
 
 def paired_gain(before: list[bool], after: list[bool]) -> tuple[float, float]:
@@ -251,6 +285,10 @@ class DemoSettings:
     """Reuse this SFT checkpoint instead of building and warm-starting a model."""
     practised_goals: int | None = None
     """How many goals the RL phase practises (chosen by ``choose_goals``)."""
+    practised: Path | None = None
+    """Reuse the goals a ``--warm-only`` run chose for this warm start (its practised.json)."""
+    rl_overrides: tuple[str, ...] = ()
+    """Recipe keys for the RL phase (``--key value`` ...), after the demo's own (a trial of a design)."""
     staleness: int | None = None
     """RL with asynchronous rollouts at this ``max_staleness`` (None: synchronous)."""
 
@@ -303,7 +341,9 @@ def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: i
             *(["--task_seeds", *map(str, goals)] if goals else []),  # the practised goals
             *(["--rollout_mode", "async", "--max_staleness", str(s.staleness), "--async_producer_threads", "1"]
               if s.staleness is not None else []),
-            "--overwrite_output_dir", "true"]  # a rerun of the demo starts its RL phase afresh
+            "--log_memory", "true",  # mem/<phase>_gib per step in metrics.jsonl
+            "--overwrite_output_dir", "true",  # a rerun of the demo starts its RL phase afresh
+            *s.rl_overrides]
 
 
 def held_out_settings(argv: list[str], n_eval: int, eval_turns: int, split: str = "valid",
@@ -319,14 +359,15 @@ def held_out_settings(argv: list[str], n_eval: int, eval_turns: int, split: str 
     return hs
 
 
-def _evaluate(model_dir: Path, sets: dict, timings: dict[str, float]) -> dict[str, dict[str, Any]]:
+def _evaluate(model_dir: Path, sets: dict, timings: dict[str, float], meter=None) -> dict[str, dict[str, Any]]:
     """Greedy evaluation of one checkpoint on each named set of episodes (timed per set)."""
     from agentrl.evaluation.heldout import evaluate_wins
 
     res = {}
     for name, hs in sets.items():
         t = time.time()
-        res[name] = evaluate_wins(str(model_dir), hs)
+        with phase(meter, "eval"):
+            res[name] = evaluate_wins(str(model_dir), hs)
         timings[f"eval_{name}_s"] = timings.get(f"eval_{name}_s", 0.0) + time.time() - t
     return res
 
@@ -342,8 +383,10 @@ def _train_curve(rl_dir: Path, steps: int) -> list[tuple[int, float]]:
 
 def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0,
         rl_steps: int | None = None, warm: Path | None = None, practised_goals: int | None = None,
+        practised: Path | None = None, rl_overrides: tuple[str, ...] = (),
         staleness: int | None = None) -> dict[str, Any]:
-    s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm, practised_goals, staleness)
+    s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm, practised_goals, practised, rl_overrides,
+                     staleness)
     design = DESIGNS[design_name]
     # Tiny models run far faster on 1 thread than 2 on a loaded 2-core machine, 135M ones the
     # other way round (measured); the design decides, AGENTRL_DEMO_THREADS overrides.
@@ -360,19 +403,26 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     steps = s.rl_steps or scale["rl_steps"]
     k = s.practised_goals or scale["practised_goals"]
     timings: dict[str, float] = {}
+    meter = memory_meter()
 
     # 1-2. model + SFT warm start on the train goals (or a given warm start)
-    sft_dir = s.warm_start or warm_start(s, design, timings)
+    with phase(meter, "sft"):
+        sft_dir = s.warm_start or warm_start(s, design, timings)
     rl_dir = s.out / "rl"
     recipe_argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], [])  # the rollout settings
-    with precision(design):
-        goals, selection = select_goals(sft_dir, recipe_argv, scale, k, seed, timings)
+    if s.practised is not None:  # chosen before for this warm start (--warm-only)
+        chosen = json.loads(s.practised.read_text())
+        goals, selection = chosen["goals"], chosen.get("selection", {})
+        log(f"practised goals {goals} (from {s.practised})")
+    else:
+        with precision(design), phase(meter, "select"):
+            goals, selection = select_goals(sft_dir, recipe_argv, scale, k, seed, timings)
     argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], goals)
     sets = {"practised": held_out_settings(argv, 0, scale["eval_turns"], "train",
                                            practised_seeds(goals, scale["fresh_draws"], train_pool())),
             "heldout": held_out_settings(argv, scale["eval_episodes"], scale["eval_turns"])}
     with precision(design):
-        before = _evaluate(sft_dir, sets, timings)
+        before = _evaluate(sft_dir, sets, timings, meter)
     for name, r in before.items():
         log(f"{name} success after SFT: {r['success']:.1f}% +- {r['success_se']:.1f} ({r['episodes']} episodes, "
             f"invalid actions {100 * r['invalid_rate']:.0f}%)")
@@ -380,7 +430,8 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     # 3. RL from the warm start through the recipe, on the practised goals
     t = time.time()
     log("RL: python -m agentrl.train " + " ".join(argv))
-    rc = train_mod.main(argv)
+    with phase(meter, "rl"):
+        rc = train_mod.main(argv)
     if rc:
         raise RuntimeError(f"agentrl.train exited with {rc}")
     timings["rl_s"] = time.time() - t
@@ -392,7 +443,7 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     after = before
     for step, ck in sorted((int(p.name.split("-")[1]), p) for p in rl_dir.glob("checkpoint-*")):
         with precision(design):
-            after = _evaluate(ck, sets, timings)
+            after = _evaluate(ck, sets, timings, meter)
         parts = []
         for name, r in after.items():
             gain, se = paired_gain(before[name]["wins"], r["wins"])
@@ -411,18 +462,40 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
         gain, se = paired_gain(before[name]["wins"], after[name]["wins"])
         summary[name] = {"before": before[name], "after": after[name], "gain": gain, "gain_paired_se": se,
                          "curve": curves[name], "settings": sets[name].to_dict()}
+    summary["memory"] = memory_summary(meter, rl_dir)
     summary.update({"train_curve": train_curve, "warm_start": str(sft_dir), "timings": timings,
                     "rl_s_per_step": timings["rl_s"] / steps, "checkpoint": str(rl_dir), "rl_command": argv})
     pr, ho = summary["practised"], summary["heldout"]
     pr["gain_goal_se"] = goal_level_se(pr["before"]["wins"], pr["after"]["wins"], sets["practised"].seeds,
                                        train_pool())
     (s.out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
+    mem = summary["memory"]
+    if mem:
+        log(f"peak memory (GiB, {mem['gauge']}): " + ", ".join(
+            f"{r['phase']} {r[mem['gauge'] + '_peak_gib']:.2f}" for r in mem["phases"]))
     log(f"seed {seed}: practised goals {pr['gain']:+.1f} points (paired s.e. {pr['gain_paired_se']:.1f}; "
         f"{pr['gain_goal_se']:.1f} with the goal as unit; {pr['before']['episodes']} fresh episodes of {len(goals)} "
         f"goals); transfer to unseen goals {ho['gain']:+.1f} "
         f"(paired s.e. {ho['gain_paired_se']:.1f}, {ho['before']['episodes']} episodes); timings (s) "
         + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()) + f"; curve {s.out / 'learning_curve.png'}")
     return summary
+
+
+def memory_summary(meter, rl_dir: Path) -> dict[str, Any]:
+    """Peak memory (GiB) per demo phase (``sft``, ``select``, ``eval``, ``rl``) and, inside RL, per
+    training phase (the highest ``mem/<phase>_gib`` any step logged in ``metrics.jsonl``)."""
+    if meter is None:
+        return {}
+    out: dict[str, Any] = {"gauge": meter.main, "phases": meter.table(["sft", "select", "eval", "rl"]),
+                           "overall_gib": round(meter.overall[meter.main] / 2**30, 3)}
+    metrics = rl_dir / "metrics.jsonl"
+    rl: dict[str, float] = {}
+    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
+        for k, v in json.loads(line).items():
+            if k.startswith("mem/"):
+                rl[k[4:-4]] = max(rl.get(k[4:-4], 0.0), round(float(v), 3))
+    out["rl_steps"] = rl
+    return out
 
 
 def report_line(summary: dict[str, Any]) -> str:
@@ -460,6 +533,15 @@ def _warm_only(out: Path, design_name: str, quick: bool, seed: int) -> int:
     return 0
 
 
+def _goals_file(path: Path) -> bool:
+    """Whether ``path`` is a practised.json (``--warm-only``) with a list of goals."""
+    try:
+        goals = json.loads(path.read_text()).get("goals")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(goals, list) and bool(goals) and all(isinstance(g, int) for g in goals)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="agentrl demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/demo", help="output folder (models, checkpoints, curve)")
@@ -471,12 +553,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--practised-goals", type=int, default=None,
                    help="how many goals the RL phase practises (chosen for the warm start; default: the design's)")
     p.add_argument("--warm-start", default=None, help="reuse this SFT checkpoint (skip the model build and SFT)")
+    p.add_argument("--practised", default=None,
+                   help="with --warm-start: reuse the goals a --warm-only run chose for it (its practised.json)")
     p.add_argument("--async", dest="staleness", type=int, default=None, metavar="K",
                    help="RL with asynchronous rollouts at max_staleness K (a producer process on the second core)")
     p.add_argument("--warm-only", action="store_true",
                    help="build the model, its SFT warm start and its practised goals only (OUT/sft, "
                         "OUT/practised.json), e.g. for `agentrl arena --practised`")
-    args = both_spellings(p).parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rl_overrides = tuple(argv[argv.index("--") + 1:]) if "--" in argv else ()
+    args = both_spellings(p).parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.design not in DESIGNS:
         print(f"agentrl demo: unknown --design {args.design!r}; valid: {', '.join(DESIGNS)}", file=sys.stderr)
         return 2
@@ -491,6 +577,11 @@ def main(argv: list[str] | None = None) -> int:
     if warm is not None and not (warm / "config.json").is_file():
         print(f"agentrl demo: --warm-start {warm} holds no model (config.json)", file=sys.stderr)
         return 2
+    practised = Path(args.practised) if args.practised else None
+    if practised is not None and (warm is None or not _goals_file(practised)):
+        print(f"agentrl demo: --practised needs --warm-start and a practised.json with its goals, got {practised}",
+              file=sys.stderr)
+        return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -504,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         print("agentrl demo: --async must be >= 0", file=sys.stderr)
         return 2
     s = run(Path(args.out), args.design, args.quick, args.seed, args.rl_steps, warm, args.practised_goals,
-            args.staleness)
+            practised, rl_overrides, args.staleness)
     print(report_line(s))
     return 0
 

@@ -148,9 +148,10 @@ def check_main(argv: list[str] | None = None) -> int:
     return check_recipe(path, rest)
 
 
-def build_trainer(cfg: AgentRLConfig, algorithm=None):
+def build_trainer(cfg: AgentRLConfig, algorithm=None, meter=None):
     """Resolve the model, load the tokenizer and construct the AgentGRPOTrainer (``algorithm``:
-    an ``agentrl.algorithms`` plug-in instead of the one the recipe selects)."""
+    an ``agentrl.algorithms`` plug-in instead of the one the recipe selects). With ``log_memory``
+    or a ``meter`` (``agentrl.memory.PhaseMeter``) its steps are metered (``agentrl.trainer.memory``)."""
     from transformers import AutoTokenizer
 
     from agentrl.models import resolve_model
@@ -172,6 +173,11 @@ def build_trainer(cfg: AgentRLConfig, algorithm=None):
 
     install_atomic_saves(trainer)
     name_base_model(trainer, cfg.model_name_or_path)
+    if meter is not None or cfg.log_memory:
+        from agentrl.memory import PhaseMeter, default_gauges
+        from agentrl.trainer.memory import instrument
+
+        instrument(trainer, meter or PhaseMeter(default_gauges(trainer.accelerator.device.type)))
     return trainer
 
 

@@ -84,6 +84,18 @@ def test_gpu_summary_checks_by_hand(tmp_path):
                              "the non-finite guard skipped steps", "kl 0.0002 at step 1 (policy = reference)"]
 
 
+def test_gpu_summary_takes_each_phases_highest_step(tmp_path):
+    from agentrl.benchmarks.gpu import memory_table, summarize
+
+    rows = [{"step": 1, "loss": 0.1, "grad_norm": 0.5, "step_time": 2.0, "mem/forward_gib": 1.25, "mem/step_gib": 1.5},
+            {"step": 2, "loss": 0.1, "grad_norm": 0.5, "step_time": 2.0, "mem/forward_gib": 1.75, "mem/step_gib": 1.5,
+             "mem/checkpoint_gib": 0.5}]
+    r = summarize(_metrics(tmp_path, rows), 2)
+    assert r["memory"] == {"forward": 1.75, "step": 1.5, "checkpoint": 0.5}
+    table = memory_table({"cuda": True, "runs": [dict(r, body="1.5b", mode="plain")]})
+    assert table[-1] == "| 1.5b | plain | - | - | - | - | - | 1.75 | - | - | 0.50 | 1.50 |"
+
+
 def test_gpu_plan_is_checked(capsys):
     from agentrl.benchmarks.gpu import parse_plan
 
@@ -106,8 +118,11 @@ def test_gpu_check_runs_the_card_recipe_at_tiny_size_on_cpu(tmp_path):
     assert [(x["mode"], x["steps"], x["ok"]) for x in rep["runs"]] == [("plain", 2, True), ("zero3", 2, True),
                                                                       ("lora", 2, True)]
     assert all(x["kl_step1"] == 0.0 and x["time/update_s"] > 0 for x in rep["runs"])
+    # log_memory: every run's peak per phase (resident memory on this CPU), the step's the largest
+    assert all(0 < x["memory"]["forward"] <= x["memory"]["step"] and x["memory"]["generation"] > 0 for x in rep["runs"])
     md = (tmp_path / "gpu.md").read_text()
     assert md.count("| tiny |") == 3 and "agentrl / plain TRL" in md and "ZeRO-3 / plain step" in md
+    assert "Peak memory per phase" in md and all(f"| tiny | {m} |" in md for m in ("plain", "zero3", "lora"))
     # the HF bf16 sampler's line (SmolLM2 on a GPU; the tiny model here): a mismatch, measured
     assert rep["mismatch"]["k3"] > 0 and "HF bf16 sampler vs the fp32 learner" in md
 
@@ -136,3 +151,44 @@ def test_mismatch_benchmark_measures_a_bf16_sampler(tmp_path, capsys):
     assert main(["mismatch", "--bounds", "0.5"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "bad --bounds item '0.5'" in err
+
+
+def test_scale_fits_by_hand():
+    from agentrl.benchmarks.scale import crossover, fit_quadratic, fit_tokens, plan
+
+    # tokens per episode = 50 T + 3 T^2 exactly at T = 5, 10, 20: a = 50, b = 3
+    a, b = fit_tokens([5, 10, 20], [50 * t + 3 * t * t for t in (5, 10, 20)])
+    assert (round(a, 6), round(b, 6)) == (50.0, 3.0)
+    c = fit_quadratic([5, 10, 20, 50], [1 + 0.5 * t + 0.01 * t * t for t in (5, 10, 20, 50)])
+    assert [round(x, 6) for x in c] == [1.0, 0.5, 0.01]
+    # window 2 + 0.4 T, trajectory 1 + 0.1 T + 0.02 T^2: equal where 0.02 T^2 - 0.3 T - 1 = 0,
+    # T = (0.3 + sqrt(0.09 + 0.08)) / 0.04 = 17.81;
+    # the 0.1-turn grid's first point past it is 17.9
+    assert crossover((2.0, 0.4, 0.0), (1.0, 0.1, 0.02), 50) == 17.9
+    assert crossover((2.0, 0.4, 0.0), (1.0, 0.1, 0.02), 15) is None
+    cells = plan(["tiny", "smollm2"], [5, 10, 50], [4, 8], 4, 10, 20)
+    assert ("tiny", "trajectory", 50, 4) in cells and ("smollm2", "window", 50, 4) not in cells
+    # per mode: tiny T = 5, 10, 50 at G 4 and G 8 at T 10 (G 4 at T 10 is already there) = 4; SmolLM2
+    # without T = 50 = 3; two modes: 2 x (4 + 3) = 14 cells, none twice
+    assert ("smollm2", "trajectory", 10, 8) in cells and len(cells) == len(set(cells)) == 14
+
+
+@pytest.mark.slow
+def test_scale_bench_measures_both_modes_on_the_tiny_model(tmp_path):
+    # three turn counts in both modes (one task, G = 2): every episode runs its full turns (a random
+    # model writes no valid action), trajectory prompts grow with the turns and window ones do not
+    r = subprocess.run([sys.executable, "-m", "agentrl.benchmarks", "scale", "--models", "tiny", "--turns", "2,4,8",
+                        "--groups", "2", "--base-group", "2", "--base-turns", "4", "--out", str(tmp_path / "s.md"),
+                        "--plot", str(tmp_path / "s.png"), "--json", str(tmp_path / "s.json")],
+                       cwd=REPO, capture_output=True, text=True, timeout=1200, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    cells = json.loads((tmp_path / "s.json").read_text())
+    assert sorted((c["mode"], c["turns"]) for c in cells) == [("trajectory", 2), ("trajectory", 4), ("trajectory", 8),
+                                                              ("window", 2), ("window", 4), ("window", 8)]
+    assert all(c["episode_turns"] == c["turns"] and c["step_cpu_s"] > 0 and c["peak_gib"] > 0 for c in cells)
+    per_turn = {(c["mode"], c["turns"]): c["prompt_tokens_per_episode"] / c["turns"] for c in cells}
+    assert per_turn[("trajectory", 8)] > 2 * per_turn[("trajectory", 2)]
+    assert per_turn[("window", 8)] < 1.2 * per_turn[("window", 2)]
+    md = (tmp_path / "s.md").read_text()
+    assert md.count("| tiny |") == 6 + 2 and "crosses" not in md and "tiny: iteration CPU time" in md
+    assert (tmp_path / "s.png").stat().st_size > 1000

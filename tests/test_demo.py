@@ -140,6 +140,20 @@ def test_plain_chat_copy_drops_the_default_system_line(tmp_path):
     assert text == "<|im_start|>user\nGoal: craft bowl.<|im_end|>\n<|im_start|>assistant\n"
 
 
+def test_practised_goals_need_a_warm_start_and_a_goals_file(tmp_path, capsys):
+    from agentrl.demo import main
+
+    bad = tmp_path / "practised.json"
+    bad.write_text('{"goals": []}')
+    warm = tmp_path / "sft"
+    warm.mkdir()
+    (warm / "config.json").write_text("{}")
+    assert main(["--practised", str(bad)]) == 2
+    assert main(["--warm-start", str(warm), "--practised", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("--practised needs --warm-start and a practised.json" in e for e in err)
+
+
 def test_demo_quick(tmp_path):
     out = tmp_path / "demo"
     p = subprocess.run([sys.executable, "-m", "agentrl.demo", "--quick", "--out", str(out)], cwd=REPO,
@@ -175,6 +189,14 @@ def test_demo_quick(tmp_path):
     assert (pr["settings"]["split"], ho["settings"]["split"]) == ("train", "valid")
     assert (out / "learning_curve.png").stat().st_size > 1000
     assert any((out / "rl").glob("checkpoint-*"))
+    # memory per phase: the demo's own (SFT, goal selection, evaluations, RL) and, inside RL, each
+    # training step's (log_memory in the RL command); the RL phase holds its steps' peaks
+    mem = summary["memory"]
+    phases = {r["phase"]: r for r in mem["phases"]}
+    assert list(phases) == ["sft", "select", "eval", "rl"] and phases["eval"]["calls"] == 2 * 3
+    assert all(r["rss_peak_gib"] > 0.1 for r in phases.values())
+    assert "--log_memory" in cmd and {"rollout", "forward", "backward", "step"} <= set(mem["rl_steps"])
+    assert mem["rl_steps"]["step"] <= phases["rl"]["rss_peak_gib"] + 1e-3 <= mem["overall_gib"] + 2e-3
     # `agentrl eval` of the demo's final checkpoint, with nothing but the tasks given, reads the
     # run's own settings and reproduces the demo's figures on both sets, so the report line's
     # "after" values are the final model's. Success alone can be 0 on both sides at this scale, so

@@ -22,6 +22,8 @@ BENCHMARKS = {
     "appo-warm": ("appo_warm", "build the tiny warm-started ToolReason model the APPO bench and CPU recipes use"),
     "async": ("asynchronous", "synchronous vs asynchronous rollouts on the demo's task, same cores: steps/hour, idle shares"),
     "mismatch": ("mismatch", "a bf16 sampler vs the fp32 learner: mismatch KL, ESS, how often each correction acts"),
+    "memory": ("memory", "peak memory per phase (load, SFT, rollout, credit, log-probs, forward, backward, ...)"),
+    "scale": ("scale", "one iteration's time and memory as turns, group size, context mode and model grow"),
     "gpu": ("gpu", "the card's recipe on this machine's GPU (Qwen2.5 bodies, no hub): checks, timings, gpu.md"),
 }
 

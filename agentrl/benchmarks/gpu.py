@@ -19,7 +19,8 @@ built once into ``$AGENTRL_CACHE/gpu_models`` (``agentrl.models.qwen.cached_body
 A random model writes no valid action, so every rollout runs to ``max_turns`` (default 4 turns of
 64 new tokens, ``--full-shape`` keeps the recipe's own). From each run's ``metrics.jsonl`` the
 report takes the step breakdown (rollout / credit / rows / log-probs / update), generation tokens
-per second and peak GPU memory, and checks that every loss and gradient norm is finite, that no
+per second, peak GPU memory and the peak per phase of the step (``log_memory``: rollout, log-probs,
+forward, backward, ...), and checks that every loss and gradient norm is finite, that no
 step was skipped by the non-finite guard, and that the KL term is ~0 at step 1 (policy and
 reference weights are equal there). It adds the ZeRO-3 / plain step ratio, agentrl / plain TRL
 on equal work (``agentrl bench overhead --device cuda``), and a probe of cuDNN's attention
@@ -57,7 +58,8 @@ KL_AT_STEP_1 = 1e-6
 def overrides(body: str, mode: str, steps: int, model: Path, out: Path, full_shape: bool, cuda: bool) -> list[str]:
     """The command-line keys that turn the card's recipe into this run."""
     ov = {"model_name_or_path": str(model), "max_steps": steps, "report_to": "none", "save_strategy": "no",
-          "logging_steps": 1, "output_dir": str(out), "overwrite_output_dir": "true", "disable_tqdm": "true"}
+          "logging_steps": 1, "output_dir": str(out), "overwrite_output_dir": "true", "disable_tqdm": "true",
+          "log_memory": "true"}  # mem/<phase>_gib: the report's memory per phase
     if not full_shape:
         ov.update(max_turns=4, max_completion_length=64)
     if mode == "lora":
@@ -118,6 +120,7 @@ def summarize(metrics: Path, steps: int) -> dict[str, Any]:
               "time/env_s", "time/fingerprint_s", "gen/tokens_per_s", "rows/real", "rows/real_token_share"):
         out[k] = _mean([float(h[k]) for h in later if k in h])
     out["gpu/peak_gib"] = max((float(h["gpu/peak_gib"]) for h in logs if "gpu/peak_gib" in h), default=None)
+    out["memory"] = phase_peaks(logs)
     out["kl_step1"] = float(logs[0]["kl"]) if logs and "kl" in logs[0] else None
     out["grad_norm_max"] = max((float(h["grad_norm"]) for h in logs if "grad_norm" in h), default=None)
     problems = []
@@ -131,6 +134,22 @@ def summarize(metrics: Path, steps: int) -> dict[str, Any]:
     if out["kl_step1"] is not None and not abs(out["kl_step1"]) <= KL_AT_STEP_1:
         problems.append(f"kl {out['kl_step1']:.3g} at step 1 (policy = reference)")
     out["problems"] = problems
+    return out
+
+
+MEMORY_PHASES = ("generation", "env", "credit", "rows", "logps", "forward", "backward", "optimizer", "checkpoint")
+"""The per-phase columns of the report (``agentrl.trainer.memory``), in the order a step runs them."""
+
+
+def phase_peaks(logs: list[dict[str, Any]]) -> dict[str, float]:
+    """The highest ``mem/<phase>_gib`` any step logged, per phase (CUDA tensors on a GPU, resident
+    memory on a CPU), and ``step``: the highest step peak."""
+    out: dict[str, float] = {}
+    for h in logs:
+        for k, v in h.items():
+            if k.startswith("mem/") and k.endswith("_gib"):
+                name = k[4:-4]
+                out[name] = round(max(out.get(name, 0.0), float(v)), 3)
     return out
 
 
@@ -255,6 +274,7 @@ def markdown(report: dict[str, Any], command: str) -> str:
                      f"{_fmt(r['time/rollout_s'])} | {_fmt(r['time/credit_s'], 3)} | {_fmt(r['time/rows_s'], 3)} | "
                      f"{_fmt(r['time/logps_s'])} | {_fmt(r['time/update_s'])} | {_fmt(r['gen/tokens_per_s'], 0)} | "
                      f"{_fmt(r['gpu/peak_gib'], 1)} | {_fmt(r['kl_step1'], 3)} | {_fmt(r['grad_norm_max'], 3)} | {checks} |")
+    lines += memory_table(report)
     ratios = report.get("ratios", {})
     if ratios:
         lines += ["", "Ratios: " + "; ".join(f"{k} {_fmt(v, 3)}" for k, v in ratios.items()) + "."]
@@ -277,6 +297,22 @@ def markdown(report: dict[str, Any], command: str) -> str:
     lines += ["", "cuDNN attention probe (non-finite entries of dQ, sequence length 192 = 64 mod 128): "
               + ("; ".join(f"{k}: {v}" for k, v in probe.items() if k != "length") or "-") + "."]
     return "\n".join(lines) + "\n"
+
+
+def memory_table(report: dict[str, Any]) -> list[str]:
+    """Peak memory per phase of each run (``log_memory``): the highest any step reached."""
+    runs = [r for r in report["runs"] if r.get("memory")]
+    if not runs:
+        return []
+    unit = "CUDA tensors" if report["cuda"] else "resident memory (no GPU: the CPU run)"
+    lines = ["", f"Peak memory per phase, GiB of {unit}, the highest any step reached (`log_memory`; "
+             "`agentrl bench memory` breaks down one recipe):", "",
+             "| body | mode | " + " | ".join(MEMORY_PHASES) + " | step |", "|---|---|" + "---|" * (len(MEMORY_PHASES) + 1)]
+    for r in runs:
+        m = r["memory"]
+        lines.append(f"| {r['body']} | {r['mode']} | " + " | ".join(_fmt(m.get(k)) for k in MEMORY_PHASES)
+                     + f" | {_fmt(m.get('step'))} |")
+    return lines
 
 
 def run(plan: list[tuple[str, str, int]], root: Path, full_shape: bool, with_overhead: bool) -> dict[str, Any]:

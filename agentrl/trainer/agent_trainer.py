@@ -52,7 +52,7 @@ from agentrl.rollout.ranks import Ranks
 from agentrl.rollout.rows import RowCounts, pack_rows, real_token_share
 from agentrl.trainer.credited import Credited, credit_requirements
 from agentrl.trainer.guard import HeldScheduler, NonFiniteGuard, nonfinite_grads
-from agentrl.trainer.logprobs import completion_logps
+from agentrl.trainer.logprobs import completion_logps, install_compact_lm_heads
 from agentrl.trainer.tasks import EpochTaskOrder, _check_fingerprint_layer, build_task_dataset, env_reward
 from agentrl.trainer.update import (
     corrects,
@@ -93,6 +93,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             train_dataset = build_task_dataset(args)
         super().__init__(model=model, reward_funcs=[env_reward], args=args, train_dataset=train_dataset,
                          processing_class=processing_class, peft_config=peft_config, callbacks=callbacks)
+        install_compact_lm_heads(self)  # TRL's fused head scores every position off Triton devices
         self.algorithm = algorithm
         self.algorithm_state = None
         """What the algorithm's ``advantages`` hook returned last (e.g. running statistics)."""

@@ -1,18 +1,35 @@
 """Log-probs of a micro-batch's completion tokens: one forward over the packed rows.
 
 The rows come from ``agentrl.rollout.rows.pack_rows`` (prompt + completion from position 0,
-padding on the right). The forward is the model's own with TRL's fused LM head
-(``trl.trainer.utils.add_fused_lm_head``, patched onto the policy and reference models by
-GRPOTrainer): it projects only the positions that carry a label, in tiles, and returns float32
-log-probs and entropies without materialising the (B, L, V) logits. The same function serves the
-loss, the old log-probs and the reference log-probs, so all three see identical tensors.
+padding on the right). The forward is the model's own with a fused LM head: ``model(...,
+labels=..., fused_lm_head=True)`` returns float32 log-probs and entropies without materialising the
+(B, L, V) logits. The same function serves the loss, the old log-probs and the reference log-probs,
+so all three see identical tensors.
+
+TRL's fused head (``trl.trainer.utils.add_fused_lm_head``, patched onto the policy and reference
+models by GRPOTrainer) projects only the labelled positions on Triton devices, but every position
+on others (static tile shapes for compilers). On a CPU that is the whole packed batch, prompts and
+padding included, in tiles of 32,768 vocabulary columns whose float32 temporaries (logits, exp,
+their products, the backward's gradient tile) are each 0.5 GiB at 4,096 positions: the SmolLM2
+demo's update (48 rows) peaked at 11.4 GiB of resident memory with it and 7.8 GiB without
+(``agentrl bench memory``; docs/results/memory.md). ``install_compact_lm_head`` puts our
+own fused forward in front of TRL's: the labelled positions only, on every device, through TRL's
+public ``ChunkedLogProbFunction`` (the same tiles, Triton kernels on a GPU) with narrower tiles on
+a CPU.
 """
 
 from __future__ import annotations
 
+import functools
+import types
 from contextlib import nullcontext
 
 import torch
+
+CPU_VOCAB_TILE = 4096
+"""Vocabulary columns per LM-head tile on a CPU: each float32 temporary of a tile is (labelled
+tokens x tile). GPUs keep TRL's 32,768 (one GEMM per tile matters more there)."""
+GPU_VOCAB_TILE = 32768
 
 
 def completion_positions(mb: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -44,3 +61,58 @@ def completion_logps(model, mb: dict[str, torch.Tensor], autocast=nullcontext,
     logps = out.log_probs.float().gather(1, pos) * valid
     ent = out.entropy.float().gather(1, pos) * valid if entropy and out.entropy is not None else None
     return logps, ent
+
+
+def install_compact_lm_head(model, temperature: float = 1.0, outputs: tuple[str, ...] = ("log_probs",),
+                            cast_lm_head_to_fp32: bool = False) -> None:
+    """Make ``model(..., labels=L, fused_lm_head=True)`` project only the positions whose next-token
+    label is not -100 (module docstring), on any device; every other call goes to the forward
+    ``model`` had (TRL's fused one, whose plain branch is the model's own: generation unchanged).
+    ``model`` is the causal LM itself (under PEFT its base model: the adapter's layers sit inside
+    it). ``outputs``: ``log_probs`` and optionally ``entropy``."""
+    from trl.kernels import ChunkedLogProbFunction
+    from trl.trainer.utils import FusedCausalLMOutput, maybe_gather_lm_head_ctx
+
+    before = model.forward
+    text = model.config.get_text_config()
+    softcap = getattr(text, "final_logit_softcapping", None)
+    scale = getattr(text, "logit_scale", None)
+    scale = 1.0 if scale is None else float(scale)
+
+    # the model's own signature: generate reads it (``logits_to_keep`` in it = project only the
+    # prompt's last position at prefill, not every position over the whole vocabulary)
+    @functools.wraps(type(model).forward)
+    def forward(self, *args, fused_lm_head: bool = False, labels=None, **kwargs):
+        if not fused_lm_head:
+            return before(*args, labels=labels, **kwargs) if labels is not None else before(*args, **kwargs)
+        kwargs["use_cache"] = False
+        hidden = self.base_model(*args, **kwargs).last_hidden_state[:, :-1]
+        labels = labels[:, 1:].to(hidden.device)
+        mask = labels != -100
+        head = self.get_output_embeddings()
+        h = hidden[mask]
+        ctx = nullcontext()
+        if cast_lm_head_to_fp32:
+            h, ctx = h.float(), torch.autocast(h.device.type, enabled=False)
+        tile = CPU_VOCAB_TILE if h.device.type == "cpu" else GPU_VOCAB_TILE
+        with ctx, maybe_gather_lm_head_ctx(head.weight, head.bias):
+            per_token = ChunkedLogProbFunction.apply(h, head.weight, head.bias, labels[mask], temperature, tile,
+                                                     softcap, scale, outputs)
+        # masked_scatter keeps an all-padding micro-batch connected to the graph (a zero gradient)
+        logp, ent = (None if x is None else x.new_zeros(mask.shape).masked_scatter(mask, x) for x in per_token[:2])
+        return FusedCausalLMOutput(loss=-logp.sum() / mask.sum().clamp(min=1), log_probs=logp, entropy=ent,
+                                   label_mask=mask)
+
+    model.forward = types.MethodType(forward, model)
+
+
+def install_compact_lm_heads(trainer) -> None:
+    """``install_compact_lm_head`` on the models GRPOTrainer gave TRL's fused head: the policy (its
+    base model under PEFT; entropies too) and the reference model, if any."""
+    from accelerate.utils import is_peft_model
+
+    a = trainer.args
+    policy = trainer.model.get_base_model() if is_peft_model(trainer.model) else trainer.model
+    install_compact_lm_head(policy, trainer.temperature, ("log_probs", "entropy"), a.cast_lm_head_to_fp32)
+    if trainer.ref_model is not None:
+        install_compact_lm_head(trainer.ref_model, trainer.temperature, ("log_probs",), a.cast_lm_head_to_fp32)
