@@ -35,6 +35,7 @@ help:
 	@echo "make lint   - ruff"
 	@echo "make truth  - credit estimators scored against exact advantages/gradients on finite MDPs, tabular and log-linear policy, + 100-seed races (runs/truth, ~8 min)"
 	@echo "make truth-factorial - which MDP property makes each estimator beat GRPO: docs/results/truth_factorial.md (runs/truth-factorial, ~2 min)"
+	@echo "make truth-staleness - what a sampler k updates old costs, under each rollout correction: docs/results/staleness.md (~10 min)"
 	@echo "make bench  - credit-module (100k records, one core) and env latency benchmarks"
 	@echo "make gpu-check - on a CUDA machine: the card's recipe shapes checked and timed (docs/results/gpu.md)"
 	@echo "make gpu-wheels - the wheels a CUDA machine without a registry needs (.gpu-wheels/; then scripts/gpu_check.sh there)"

@@ -121,7 +121,7 @@ def test_gpu_check_runs_the_card_recipe_at_tiny_size_on_cpu(tmp_path):
     # log_memory: every run's peak per phase (resident memory on this CPU), the step's the largest
     assert all(0 < x["memory"]["forward"] <= x["memory"]["step"] and x["memory"]["generation"] > 0 for x in rep["runs"])
     md = (tmp_path / "gpu.md").read_text()
-    assert md.count("| tiny |") == 3 and "agentrl / plain TRL" in md and "ZeRO-3 / plain step" in md
+    assert md.count("| tiny |") == 6 and "agentrl / plain TRL" in md and "ZeRO-3 / plain step" in md  # runs, memory
     assert "Peak memory per phase" in md and all(f"| tiny | {m} |" in md for m in ("plain", "zero3", "lora"))
     # the HF bf16 sampler's line (SmolLM2 on a GPU; the tiny model here): a mismatch, measured
     assert rep["mismatch"]["k3"] > 0 and "HF bf16 sampler vs the fp32 learner" in md

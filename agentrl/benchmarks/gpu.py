@@ -57,9 +57,10 @@ KL_AT_STEP_1 = 1e-6
 
 def overrides(body: str, mode: str, steps: int, model: Path, out: Path, full_shape: bool, cuda: bool) -> list[str]:
     """The command-line keys that turn the card's recipe into this run."""
-    ov = {"model_name_or_path": str(model), "max_steps": steps, "report_to": "none", "save_strategy": "no",
-          "logging_steps": 1, "output_dir": str(out), "overwrite_output_dir": "true", "disable_tqdm": "true",
-          "log_memory": "true"}  # mem/<phase>_gib: the report's memory per phase
+    ov = {"max_steps": steps, "report_to": "none", "save_strategy": "no", "logging_steps": 1, "output_dir": str(out),
+          "disable_tqdm": "true"}
+    # the run's model and folder, and mem/<phase>_gib (the report's memory per phase)
+    ov.update(model_name_or_path=str(model), overwrite_output_dir="true", log_memory="true")
     if not full_shape:
         ov.update(max_turns=4, max_completion_length=64)
     if mode == "lora":

@@ -97,14 +97,15 @@ def _keep_worker_pids(tr, pids: list[int]) -> None:
     """Note the env workers' process ids at each rollout (they are gone once training ends)."""
     from agentrl.trainer.memory import worker_pids
 
-    roll = tr._roll_out
+    source = tr.source
+    play = source.next
 
-    def roll_out(tasks):
-        out = roll(tasks)
+    def next_batch(*args, **kwargs):
+        out = play(*args, **kwargs)
         pids[:] = sorted(set(pids) | set(worker_pids(tr)))
         return out
 
-    tr._roll_out = roll_out
+    source.next = next_batch
 
 
 def _profile_last_step(tr, steps: int) -> dict[str, Any]:

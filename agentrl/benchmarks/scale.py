@@ -48,14 +48,13 @@ MODES = ("window", "trajectory")
 
 def cell_overrides(model: str, mode: str, turns: int, group: int, out: Path) -> list[str]:
     """The keys that turn the model's recipe into one cell (module docstring)."""
-    ov = {"model_name_or_path": "tiny" if model == "tiny" else "smollm2", "context_mode": mode, "max_turns": turns,
-          "env_kwargs": json.dumps({"prompt_style": PROMPT_STYLE[model], "invalid_action_penalty": 0.0,
-                                    "max_episode_steps": turns}),
-          "num_generations": group, "per_device_train_batch_size": group, "steps_per_generation": 1,
-          "gradient_accumulation_steps": 1, "max_rows_per_rank": 100000, "max_prompt_tokens": 32768,
-          "max_steps": 2, "save_strategy": "no", "logging_steps": 1, "report_to": "none", "disable_tqdm": "true",
-          "output_dir": str(out), "overwrite_output_dir": "true", "save_rollouts": "false", "env_workers": "0",
-          "task_seeds": "0", "seed": 0}
+    ov = {"num_generations": group, "per_device_train_batch_size": group, "steps_per_generation": 1,
+          "gradient_accumulation_steps": 1, "max_steps": 2, "save_strategy": "no", "logging_steps": 1,
+          "report_to": "none", "disable_tqdm": "true", "output_dir": str(out), "seed": 0}
+    env_kwargs = {"prompt_style": PROMPT_STYLE[model], "invalid_action_penalty": 0.0, "max_episode_steps": turns}
+    ov.update(model_name_or_path="tiny" if model == "tiny" else "smollm2", context_mode=mode, max_turns=turns,
+              env_kwargs=json.dumps(env_kwargs), max_rows_per_rank=100000, max_prompt_tokens=32768,
+              overwrite_output_dir="true", save_rollouts="false", env_workers="0", task_seeds="0")
     return [t for k, v in ov.items() for t in (f"--{k}", str(v))]
 
 
@@ -72,20 +71,22 @@ def run_cell(model: str, mode: str, turns: int, group: int) -> dict[str, Any]:
     meter = PhaseMeter([RssGauge()])
     tr = build_trainer(load_recipe(recipe, cell_overrides(model, mode, turns, group, out / "run")), meter=meter)
     counts = {"prompt_tokens": 0, "generated_tokens": 0, "generate_calls": 0}
-    gen = tr._turn_generate
+    gen = tr.source.player.generation
+    completions = gen._completions
 
-    def turn_generate(prompts):  # what generation prefills and writes, counted in the measured step only
-        out_ = gen(prompts)
+    def counted(prompts):  # what generation prefills and writes, counted in the measured step only
+        ids, logprobs = completions(prompts)
         if tr.state.global_step == 1:
-            ids = out_.completion_ids if hasattr(out_, "completion_ids") else out_
             counts["prompt_tokens"] += sum(len(p) for p in prompts)
             counts["generated_tokens"] += sum(len(c) for c in ids)
             counts["generate_calls"] += 1
-        return out_
+        return ids, logprobs
 
-    tr._turn_generate = turn_generate
-    for name in ("_roll_out", "training_step"):  # CPU seconds of the measured step (a shared machine's wall
-        _cpu_timed(tr, name, counts)             # time says more about the neighbours than about the step)
+    gen._completions = counted
+    # CPU seconds of the measured step (a shared machine's wall time says more about the neighbours
+    # than about the step): the rollout source's play, and the whole training step
+    _cpu_timed(tr.source, "next", counts, tr, "cpu_roll_out")
+    _cpu_timed(tr, "training_step", counts, tr, "cpu_training_step")
     rss0 = RssGauge().current()
     tr.train()
     last = [h for h in tr.state.log_history if "step_time" in h][-1]
@@ -101,9 +102,10 @@ def run_cell(model: str, mode: str, turns: int, group: int) -> dict[str, Any]:
             "prompt_tokens_per_episode": counts["prompt_tokens"] / max(len(eps), 1)}
 
 
-def _cpu_timed(tr, name: str, counts: dict[str, float]) -> None:
-    """Add the process's CPU seconds inside ``tr.name`` during the measured step to ``counts``."""
-    fn = getattr(tr, name)
+def _cpu_timed(obj, name: str, counts: dict[str, float], tr, key: str) -> None:
+    """Add the process's CPU seconds inside ``obj.name`` during the trainer ``tr``'s measured step
+    to ``counts[key]``."""
+    fn = getattr(obj, name)
 
     def timed(*args, **kwargs):
         c0 = time.process_time()
@@ -111,10 +113,9 @@ def _cpu_timed(tr, name: str, counts: dict[str, float]) -> None:
             return fn(*args, **kwargs)
         finally:
             if tr.state.global_step == 1:
-                key = f"cpu_{name.lstrip('_')}"
                 counts[key] = counts.get(key, 0.0) + time.process_time() - c0
 
-    setattr(tr, name, timed)
+    setattr(obj, name, timed)
 
 
 def plan(models: list[str], turns: list[int], groups: list[int], base_group: int, base_turns: int,

@@ -9,10 +9,10 @@ generate, the tokenizer, the settings, a lock-step collective; never the trainer
 ``SyncSource`` (``sync``) plays in the learner's process on its current weights.
 """
 
-from agentrl.producer.batch import RolloutBatch, RolloutSource, RolloutTimes
+from agentrl.producer.batch import RolloutBatch, RolloutSource
 from agentrl.producer.generation import GenerationSetup, PolicyGeneration
 from agentrl.producer.player import Player, Ranks, shape_rewards
 from agentrl.producer.sync import SyncSource, build_tasks
 
-__all__ = ["GenerationSetup", "Player", "PolicyGeneration", "Ranks", "RolloutBatch", "RolloutSource", "RolloutTimes",
+__all__ = ["GenerationSetup", "Player", "PolicyGeneration", "Ranks", "RolloutBatch", "RolloutSource",
            "SyncSource", "build_tasks", "shape_rewards"]

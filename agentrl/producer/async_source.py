@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from agentrl.producer.batch import RolloutBatch, RolloutTimes
+from agentrl.producer.batch import RolloutBatch
 from agentrl.producer.plan import same_rows
 from agentrl.producer.wire import unpack_episodes
 from agentrl.producer.worker import ProducerSpec, producer_main
@@ -136,7 +136,7 @@ class AsyncSource:
                    "async/dropped_groups": float(dropped), "time/learner_wait_s": wait,
                    "time/producer_busy_s": busy, "time/producer_idle_frac": idle / max(busy + idle, 1e-9),
                    "async/restarts": float(self.restarts)}
-        times: RolloutTimes = payload["times"]
+        times = payload["times"]
         # older weights, or a sampler of another precision: the learner corrects with the
         # episodes' behaviour log-probs; at staleness 0 the producer's weights are the learner's
         differs = payload["version"] < step or payload["sampler_differs"]

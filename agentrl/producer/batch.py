@@ -6,32 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agentrl.rollout.episodes import RolloutTiming
+
 if TYPE_CHECKING:
     from agentrl.rollout.episode import Episode
-
-
-@dataclass
-class RolloutTimes:
-    """Seconds and counts of one iteration's rollout (logged as ``time/*`` and ``gen/*``)."""
-
-    rollout_s: float = 0.0
-    """Wall time of the algorithm's ``roll_out`` (every episode of the iteration, extra ones included)."""
-    env_s: float = 0.0
-    """Time inside the env batch (resets, steps, prompt builders)."""
-    generate_s: float = 0.0
-    """Time inside the policy's generate calls."""
-    generated_tokens: int = 0
-    """Completion tokens the policy's generate calls returned."""
-    fingerprint_s: float = 0.0
-    """Time spent on fingerprints (capture hooks, or the forward after the rollout)."""
-
-    @property
-    def env_share(self) -> float:
-        return self.env_s / max(self.rollout_s, 1e-9)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.generated_tokens / max(self.generate_s, 1e-9)
 
 
 @dataclass
@@ -43,9 +21,11 @@ class RolloutBatch:
     after them; rewards already shaped."""
     version: int
     """The policy version (optimizer steps applied) whose weights played them."""
-    times: RolloutTimes = field(default_factory=RolloutTimes)
+    times: RolloutTiming = field(default_factory=RolloutTiming)
+    """What playing them cost: wall (the algorithm's ``roll_out``), env and generate seconds, the
+    fingerprints', generated tokens."""
     wait_s: float | None = None
-    """The learner's seconds inside ``next`` (None: the rollout's own, ``times.rollout_s``)."""
+    """The learner's seconds inside ``next`` (None: the rollout's own, ``times.wall_s``)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """The source's own metrics of the iteration (``async/*``)."""
     sampler_differs: bool = False

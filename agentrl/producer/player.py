@@ -15,7 +15,6 @@ from collections.abc import Callable
 import numpy as np
 
 from agentrl.config import rollout_settings
-from agentrl.producer.batch import RolloutTimes
 from agentrl.producer.generation import PolicyGeneration
 from agentrl.rollout.episodes import Episode, RolloutTiming, run_episodes
 from agentrl.rollout.ranks import Ranks
@@ -97,10 +96,12 @@ class Player:
         self.timing = RolloutTiming()
         self.generation.reset_counters()
 
-    def times(self, rollout_s: float) -> RolloutTimes:
+    def times(self, rollout_s: float) -> RolloutTiming:
+        """The iteration's cost: ``rollout_s`` of wall time, the env batch's and the generation's."""
         g = self.generation
-        return RolloutTimes(rollout_s=rollout_s, env_s=self.timing.env_s, generate_s=g.seconds,
-                            generated_tokens=g.tokens, fingerprint_s=g.fingerprint_seconds + self.timing.fingerprint_s)
+        return RolloutTiming(wall_s=rollout_s, env_s=self.timing.env_s, generate_s=g.seconds,
+                             fingerprint_s=g.fingerprint_seconds + self.timing.fingerprint_s, turns=self.timing.turns,
+                             tokens=g.tokens)
 
     def close(self) -> None:
         if self._envs is not None:

@@ -64,11 +64,18 @@ class RolloutTiming:
     """Time inside ``settings.fingerprints_after`` (0 when fingerprints come with generate)."""
     turns: int = 0
     """Generate calls made."""
+    tokens: int = 0
+    """Completion tokens generated, where the caller counts them (the producer's policy does)."""
 
     @property
     def env_share(self) -> float:
         """Env time over wall time (0 before any call)."""
         return self.env_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens over generate time (0 before any call)."""
+        return self.tokens / self.generate_s if self.generate_s > 0 else 0.0
 
 
 class _TimedEnvs:

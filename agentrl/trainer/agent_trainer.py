@@ -226,7 +226,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         out = {k: v.to(self.accelerator.device) for k, v in pack_rows(rows, self.runner.pad_id()).items()}
         out["num_items_in_batch"] = self.accelerator.gather(out["num_items_in_batch"]).sum()
         self.timings["rows_s"] = time.perf_counter() - t0
-        wait = batch.times.rollout_s if batch.wait_s is None else batch.wait_s
+        wait = batch.times.wall_s if batch.wait_s is None else batch.wait_s
         self.timings.update(rollout_s=wait, credit_s=credited.seconds)
         self.last_rollout = dict(records=credited.records, advantages=credited.advantages,
                                  offset=credited.offset, n_local=credited.n_local, rows=out, episodes=episodes,

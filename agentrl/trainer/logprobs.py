@@ -114,5 +114,6 @@ def install_compact_lm_heads(trainer) -> None:
     a = trainer.args
     policy = trainer.model.get_base_model() if is_peft_model(trainer.model) else trainer.model
     install_compact_lm_head(policy, trainer.temperature, ("log_probs", "entropy"), a.cast_lm_head_to_fp32)
-    if trainer.ref_model is not None:
-        install_compact_lm_head(trainer.ref_model, trainer.temperature, ("log_probs",), a.cast_lm_head_to_fp32)
+    if trainer.ref_model is not None:  # under DeepSpeed an engine around the model: patch the model
+        ref = getattr(trainer.ref_model, "module", trainer.ref_model)
+        install_compact_lm_head(ref, trainer.temperature, ("log_probs",), a.cast_lm_head_to_fp32)

@@ -3,8 +3,9 @@
 ``instrument(trainer, meter)`` runs each step of an iteration inside a named phase by wrapping the
 trainer instance's own methods (nothing changes for a trainer that is not instrumented):
 
-    rollout      ``_roll_out``: the episodes, with inside it
-      generation   ``_turn_generate``: the policy's batched generate calls
+    rollout      ``source.next``: the episodes (an asynchronous source: the wait for them; its
+                 producer's own memory is ``producer_rss``), with inside it
+      generation   the player's ``PolicyGeneration``: the policy's batched generate calls
       env          the env batch's reset / step calls (the trainer's process side: a worker
                    pool's own memory is ``env_workers_rss``)
     credit       ``_gather_and_credit``
@@ -33,11 +34,11 @@ PHASES = ["load", "sft", "train", "rollout", "generation", "env", "credit", "row
 """Every phase name the meters of agentrl use, in the order tables list them."""
 
 
-def _wrap_env_batch(trainer, meter: PhaseMeter) -> None:
+def _wrap_env_batch(player, meter: PhaseMeter) -> None:
     """The env batch is made at the first rollout: wrap its calls once it exists."""
-    make = trainer._env_pool
+    make = player._env_batch
 
-    def env_pool(settings, n):
+    def env_batch(settings, n):
         envs = make(settings, n)
         if envs is not None and not getattr(envs, "_agentrl_metered", False):
             for name in ("reset_many", "step_many", "step_many_finish"):
@@ -46,13 +47,19 @@ def _wrap_env_batch(trainer, meter: PhaseMeter) -> None:
             envs._agentrl_metered = True
         return envs
 
-    trainer._env_pool = env_pool
+    player._env_batch = env_batch
 
 
 def worker_pids(trainer) -> list[int]:
     """Process ids of the trainer's env workers (none for in-process envs)."""
-    pool = getattr(trainer, "_workers", None)
+    pool = getattr(trainer.eval_source.player, "_envs", None)
     return [w.proc.pid for w in getattr(pool, "_workers", []) if w.proc.poll() is None]
+
+
+def producer_pids(trainer) -> list[int]:
+    """The process id of the trainer's asynchronous producer, while it runs."""
+    proc = getattr(trainer.source, "proc", None)
+    return [proc.pid] if proc is not None and proc.is_alive() else []
 
 
 class MemoryLog(TrainerCallback):
@@ -73,6 +80,9 @@ class MemoryLog(TrainerCallback):
         pids = worker_pids(self.trainer)
         if pids:
             m["mem/env_workers_rss_gib"].append(children_rss(pids)[0] / GIB)
+        pids = producer_pids(self.trainer)
+        if pids:
+            m["mem/producer_rss_gib"].append(children_rss(pids)[0] / GIB)
 
     def on_train_end(self, args, state, control, **kwargs):
         for h in self.handles:
@@ -85,12 +95,15 @@ def instrument(trainer, meter: PhaseMeter) -> MemoryLog:
     (already added to the trainer) that logs them per optimizer step."""
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    for attr, name in (("_roll_out", "rollout"), ("_turn_generate", "generation"), ("_gather_and_credit", "credit"),
-                       ("micro_batches", "logps"), ("_compute_loss", "forward"), ("_save_checkpoint", "checkpoint")):
+    for attr, name in (("_gather_and_credit", "credit"), ("micro_batches", "logps"), ("_compute_loss", "forward"),
+                       ("_save_checkpoint", "checkpoint")):
         meter.wrap(trainer, attr, name)
+    meter.wrap(trainer.source, "next", "rollout")
+    player = trainer.eval_source.player
+    meter.wrap(player.generation, "_completions", "generation")
     meter.wrap(trainer.runner, "rows", "rows")
     meter.wrap(trainer.accelerator, "backward", "backward")
-    _wrap_env_batch(trainer, meter)
+    _wrap_env_batch(player, meter)
     handles = [register_optimizer_step_pre_hook(lambda *a: meter.enter("optimizer")),
                register_optimizer_step_post_hook(lambda *a: meter.exit("optimizer"))]
     cb = MemoryLog(trainer, meter, handles)

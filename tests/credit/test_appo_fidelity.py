@@ -154,11 +154,11 @@ def test_late_branch_inherits_the_shaped_prefix():
 def test_future_weight_diagnostics_are_after_the_safety_clamp():
     import torch
 
-    from agentrl.algorithms.appo import future_aware_loss
-    from agentrl.losses import LossBatch, LossSettings, prepared
+    from agentrl.losses import LossBatch, LossSettings, compute
 
-    # the registered loss needs no trainer: kwargs in, weighted advantages and metrics out
-    opts = {"appo": _appo_kw(decay=1.0), "reduction": "dapo"}  # gamma = 2^(-1/1) = 0.5
+    # the registered loss (Eq. 7's surrogate with dapo's reduction) needs no trainer: kwargs in,
+    # weighted advantages and metrics out
+    opts = {"appo": _appo_kw(decay=1.0)}  # gamma = 2^(-1/1) = 0.5
     # two tokens, A = [-1, 2]; Delta = log pi - log pi_old = [ln 7, 0.5]
     #   token 0: Delta = 1.945910 > ln 3 -> left out of FutureKL; ratio 7
     #   FutureKL = [0 + 0.5 * 0.5, 0.5] = [0.25, 0.5]; exp = [1.284025, 1.648721]
@@ -168,8 +168,8 @@ def test_future_weight_diagnostics_are_after_the_safety_clamp():
     #   metrics: mean f = (1.0 + 1.2) / 2 = 1.1 (1.2 before the clamp), max 1.2
     old = torch.tensor([[-2.0, -1.0]])
     logps = old + torch.tensor([[math.log(7.0), 0.5]])
-    b = prepared(LossBatch(logps=logps, advantages=torch.tensor([[-1.0, 2.0]]), mask=torch.ones(1, 2), old_logps=old))
-    out = future_aware_loss(b, LossSettings(tokens=2.0, options=opts))
+    b = LossBatch(logps=logps, advantages=torch.tensor([[-1.0, 2.0]]), mask=torch.ones(1, 2), old_logps=old)
+    out, _ = compute("appo+token_mean", b, LossSettings(tokens=2.0, options=opts))
     assert out.debug["weighted"][0].tolist() == [approx(-2.0), approx(4.4)]
     assert out.debug["weight"][0].tolist() == [approx(1.0), approx(1.2)]
     s, c = out.means["appo/future_weight_mean"]
