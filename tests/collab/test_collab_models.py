@@ -85,8 +85,11 @@ def test_each_model_plays_and_trains_its_own_role(tmp_path, collab_model_dir, co
         opt.step()
         opt.zero_grad(set_to_none=True)
     want = dict(ref.named_parameters())
+    # 1e-5: under LoRA, step 2's lora_A gradients are tiny (lora_B starts at 0) and Adam scales
+    # them to full-size steps, so the replay's float rounding shows at up to 4e-6 (measured)
+    tol = 1e-5 if policies == "lora" else 1e-6
     for n, p in thinker.model.named_parameters():
-        assert torch.allclose(p, want[n], rtol=0, atol=1e-6), n
+        assert torch.allclose(p, want[n], rtol=0, atol=tol), n
     # the final folder: each policy with its own config and tokenizer
     tr.save_model(str(tmp_path / "final"))
     for policy, hidden, vocab in (("thinker", 48, 300), ("solver", 32, 400)):
