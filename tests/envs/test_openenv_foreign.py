@@ -22,7 +22,7 @@ import requests
 
 pytest.importorskip("openenv.core", reason="needs the openenv extra of agentrl-envs")
 REPO = Path(__file__).resolve().parents[2]
-VENV = Path(os.environ.get("AGENTRL_DIPG_VENV", REPO / ".venv-dipg"))
+VENV = REPO / os.environ.get("AGENTRL_DIPG_VENV", ".venv-dipg")  # make passes it relative to the repo; the servers run elsewhere
 SERVER = VENV / "bin" / "dipg-server"
 pytestmark = pytest.mark.skipif(not SERVER.exists(), reason=f"no DIPG venv at {VENV} (make dipg-venv)")
 
