@@ -12,6 +12,10 @@ sub-phases) and resets the gauge's peak, so a short spike inside a phase is neve
 - ``HeapGauge``: ``tracemalloc``'s traced peak: Python objects and numpy arrays, not torch tensors
   (what holds rollouts and records twice shows here, not in torch).
 
+A gauge's peak is one per process (the kernel's, torch's, tracemalloc's), so every live meter
+sees every boundary's peak: a demo's meter around its RL phase and the trainer's meter inside it
+both hold correct figures.
+
 ``agentrl.trainer.memory`` puts a trainer's steps into phases; ``agentrl bench memory`` prints the
 table; the demo records its own phases in ``demo_summary.json``.
 """
@@ -24,6 +28,7 @@ import functools
 import gc
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +120,8 @@ class PhaseStats:
 
     calls: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    """This process's CPU time inside the phase (all its threads): comparable on a shared machine."""
     peak: dict[str, int] = field(default_factory=dict)
     """The highest value each gauge reached inside the phase."""
     growth: dict[str, int] = field(default_factory=dict)
@@ -125,6 +132,7 @@ class PhaseStats:
 class _Open:
     name: str
     t0: float
+    cpu0: float
     entry: dict[str, int]
     peak: dict[str, int]
 
@@ -143,6 +151,8 @@ class PhaseMeter:
         self.overall: dict[str, int] = {}
         """The highest value each gauge reached while the meter ran."""
         self._open: list[_Open] = []
+        self.overall.update({g.name: 0 for g in self.gauges})
+        _LIVE.add(self)
         self._fold()
 
     @property
@@ -151,20 +161,27 @@ class PhaseMeter:
         return self.gauges[0].name
 
     def _fold(self) -> dict[str, int]:
-        """Each gauge's peak since the last boundary into every open phase; reset the peaks."""
+        """Each gauge's peak since the last boundary (any live meter's) into every live meter's
+        open phases; reset the peaks. Returns the gauges' current values."""
         now = {}
         for g in self.gauges:
             p = g.peak()
             now[g.name] = g.current()
             g.reset_peak()
-            self.overall[g.name] = max(self.overall.get(g.name, 0), p)
-            for o in self._open:
-                o.peak[g.name] = max(o.peak[g.name], p)
+            for m in _LIVE:
+                m._note(g.name, p)
         return now
+
+    def _note(self, gauge: str, p: int) -> None:
+        if gauge not in self.overall:
+            return  # a gauge this meter does not read
+        self.overall[gauge] = max(self.overall[gauge], p)
+        for o in self._open:
+            o.peak[gauge] = max(o.peak[gauge], p)
 
     def enter(self, name: str) -> None:
         now = self._fold()
-        self._open.append(_Open(name, time.perf_counter(), now, dict(now)))
+        self._open.append(_Open(name, time.perf_counter(), time.process_time(), now, dict(now)))
 
     def exit(self, name: str) -> None:
         self._fold()
@@ -175,6 +192,7 @@ class PhaseMeter:
             s = table.setdefault(name, PhaseStats())
             s.calls += 1
             s.seconds += time.perf_counter() - o.t0
+            s.cpu_seconds += time.process_time() - o.cpu0
             for k, p in o.peak.items():
                 s.peak[k] = max(s.peak.get(k, 0), p)
                 s.growth[k] = max(s.growth.get(k, 0), p - o.entry[k])
@@ -211,12 +229,17 @@ class PhaseMeter:
         rows = []
         for n in names:
             s = self.stats[n]
-            row: dict[str, Any] = {"phase": n, "calls": s.calls, "seconds": round(s.seconds, 3)}
+            row: dict[str, Any] = {"phase": n, "calls": s.calls, "seconds": round(s.seconds, 3),
+                                   "cpu_seconds": round(s.cpu_seconds, 3)}
             for g in self.gauges:
                 row[f"{g.name}_peak_gib"] = round(s.peak.get(g.name, 0) / GIB, 4)
                 row[f"{g.name}_growth_gib"] = round(s.growth.get(g.name, 0) / GIB, 4)
             rows.append(row)
         return rows
+
+
+_LIVE: weakref.WeakSet[PhaseMeter] = weakref.WeakSet()
+"""Every meter alive in this process (each boundary's peaks go to all of them)."""
 
 
 def default_gauges(device: str = "auto", heap: bool = False) -> list[Any]:

@@ -47,8 +47,8 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     a, rest = ap.parse_known_args(argv)
     if a.steps < 1 or a.sft < 0 or a.sft_batch < 1:
         raise ValueError("--steps and --sft-batch must be >= 1, --sft >= 0")
-    if len(rest) % 2 or any(not k.startswith("--") for k in rest[::2]):
-        raise ValueError(f"recipe overrides come as --key value pairs, got {' '.join(rest)!r}")
+    if rest and not rest[0].startswith("--"):
+        raise ValueError(f"recipe overrides come as --key value, got {' '.join(rest)!r}")
     return a, rest
 
 
@@ -172,13 +172,14 @@ def _fmt_table(res: dict[str, Any]) -> str:
     unit = "CUDA tensors" if g == "cuda" else "resident memory"
     extra = [k for k in ("rss", "heap") if k != g and any(f"{k}_peak_gib" in r for r in res["phases"])]
     names = {"rss": "RSS peak GiB", "heap": "Python heap peak MiB"}
-    head = "| phase | calls | seconds | peak GiB | growth GiB |" + "".join(f" {names[k]} |" for k in extra)
+    head = "| phase | calls | seconds | CPU s | peak GiB | growth GiB |" + "".join(f" {names[k]} |" for k in extra)
     lines = [f"peak {unit} per phase: {res['recipe']} {' '.join(res['overrides'])} ({res['steps']} steps; "
              f"{_size(res['params'])} parameters, {_size(res['trainable'])} trained)", "",
              head, "|" + "---|" * (head.count("|") - 1)]
     for r in res["phases"]:
         cells = [f"{r.get(f'{k}_peak_gib', 0) * (1024 if k == 'heap' else 1):.2f}" for k in extra]
-        lines.append(f"| {r['phase']} | {r['calls']} | {r['seconds']:.1f} | {r[f'{g}_peak_gib']:.2f} | "
+        lines.append(f"| {r['phase']} | {r['calls']} | {r['seconds']:.1f} | {r.get('cpu_seconds', 0):.1f} | "
+                     f"{r[f'{g}_peak_gib']:.2f} | "
                      f"{r[f'{g}_growth_gib']:.2f} |" + "".join(f" {c} |" for c in cells))
     lines.append("")
     lines.append(f"overall peak: {res['overall_gib'][g]:.2f} GiB"

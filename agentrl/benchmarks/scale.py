@@ -14,12 +14,12 @@ resident memory in that step (``agentrl.trainer.memory``). Cells vary one factor
 
 The model is untrained (``tiny``: random weights; ``smollm2``: the base SmolLM2-135M-Instruct),
 so no action is valid and every episode runs its full number of turns (TextCraft's 30-step limit
-is raised to the turns asked). The update is one micro-batch of all rows (``steps_per_generation``
-1, no row cap): its memory is what one forward and backward over an iteration's rows costs (split
-it with ``steps_per_generation`` and the activations divide). Models: ``tiny``
+is raised to the turns asked). Every row trains (no row cap), in G micro-batches of one episode's
+rows each (``steps_per_generation`` G, one optimizer step): window mode's micro-batch is T rows of
+one turn's prompt, trajectory mode's one row of the whole episode. Models: ``tiny``
 (recipes/textcraft_grpo_tiny_cpu.yaml) and ``smollm2`` (recipes/demo_smollm2.yaml: brief prompts,
-24-token actions, LoRA, bf16 autocast); ``--smollm2-max-turns`` caps SmolLM2's turns (its 50-turn
-trajectory cell alone takes many minutes).
+24-token actions, LoRA, bf16 autocast); ``--smollm2-max-turns`` (default 20) caps SmolLM2's turns:
+a 50-turn window micro-batch of SmolLM2 holds about 5,000 tokens of activations (~6 GiB).
 
 The report fits, per model and mode, the prompt tokens per episode as a T + b T^2 (window: b ~ 0,
 each turn's prompt is the same size; trajectory: b > 0, each turn re-reads the whole episode) and
@@ -48,8 +48,8 @@ MODES = ("window", "trajectory")
 
 def cell_overrides(model: str, mode: str, turns: int, group: int, out: Path) -> list[str]:
     """The keys that turn the model's recipe into one cell (module docstring)."""
-    ov = {"num_generations": group, "per_device_train_batch_size": group, "steps_per_generation": 1,
-          "gradient_accumulation_steps": 1, "max_steps": 2, "save_strategy": "no", "logging_steps": 1,
+    ov = {"num_generations": group, "per_device_train_batch_size": 1, "steps_per_generation": group,
+          "gradient_accumulation_steps": group, "max_steps": 2, "save_strategy": "no", "logging_steps": 1,
           "report_to": "none", "disable_tqdm": "true", "output_dir": str(out), "seed": 0}
     env_kwargs = {"prompt_style": PROMPT_STYLE[model], "invalid_action_penalty": 0.0, "max_episode_steps": turns}
     ov.update(model_name_or_path="tiny" if model == "tiny" else "smollm2", context_mode=mode, max_turns=turns,
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--groups", default="4,8,16", help="group sizes G to sweep (default 4,8,16)")
     ap.add_argument("--base-group", type=int, default=4, help="G of the turns sweep (default 4)")
     ap.add_argument("--base-turns", type=int, default=10, help="turns of the group sweep (default 10)")
-    ap.add_argument("--smollm2-max-turns", type=int, default=50, help="SmolLM2's turns at most (default 50)")
+    ap.add_argument("--smollm2-max-turns", type=int, default=20, help="SmolLM2's turns at most (default 20)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per cell (default 1)")
     ap.add_argument("--out", default="docs/results/scale.md", help="the markdown report")
     ap.add_argument("--plot", default="docs/results/scale.png", help="the figure ('' for none)")
