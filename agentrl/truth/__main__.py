@@ -127,19 +127,27 @@ def stale_kwargs(args: argparse.Namespace) -> dict:
     return kw
 
 
+def _checked(args: argparse.Namespace, out: Path, result: str, settings):
+    """The checked settings, or None after one line on stderr: ``out`` already holds ``result``
+    (without --force: results are never overwritten silently) or a setting is out of range."""
+    if (out / result).exists() and not args.force:
+        print(f"agentrl truth: {out} already holds results ({result}); pass --force to overwrite or choose "
+              "another --out", file=sys.stderr)
+        return None
+    try:
+        return settings()
+    except ValueError as e:
+        print(f"agentrl truth: {e}", file=sys.stderr)
+        return None
+
+
 def main_staleness(args: argparse.Namespace) -> int:
     from agentrl.truth.stale_output import write
     from agentrl.truth.stale_suite import StaleSettings, run_staleness
 
     out = Path(args.out)
-    if (out / "staleness.json").exists() and not args.force:
-        print(f"agentrl truth: {out} already holds results (staleness.json); pass --force to overwrite or choose "
-              "another --out", file=sys.stderr)
-        return 2
-    try:
-        settings = StaleSettings(**stale_kwargs(args)).check()
-    except ValueError as e:
-        print(f"agentrl truth: {e}", file=sys.stderr)
+    settings = _checked(args, out, "staleness.json", lambda: StaleSettings(**stale_kwargs(args)).check())
+    if settings is None:
         return 2
     from agentrl.truth.stale import KLOutOfReach
 
@@ -165,14 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.truth.suite import SuiteSettings, run_suite
 
     out = Path(args.out)
-    if (out / "truth.json").exists() and not args.force:
-        print(f"agentrl truth: {out} already holds results (truth.json); pass --force to overwrite or choose another "
-              "--out", file=sys.stderr)
-        return 2
-    try:
-        settings = SuiteSettings(**settings_kwargs(args)).check()
-    except ValueError as e:
-        print(f"agentrl truth: {e}", file=sys.stderr)
+    settings = _checked(args, out, "truth.json", lambda: SuiteSettings(**settings_kwargs(args)).check())
+    if settings is None:
         return 2
     res = run_suite(settings, log=lambda m: print(m, flush=True))
     print(write(res, out))
