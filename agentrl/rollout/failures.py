@@ -121,6 +121,15 @@ class EnvFailureWatch:
             return ""
         return f" ({self.in_a_row} in a row; max_env_failure_iterations {self.max_iterations} stop the run)"
 
+    def state_dict(self) -> dict[str, Any]:
+        """The counts a checkpoint keeps: a resumed run stops where the uninterrupted one would."""
+        return {"iterations": self.iterations, "failed_iterations": self.failed_iterations,
+                "in_a_row": self.in_a_row, "last": self.last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iterations, self.failed_iterations = int(state["iterations"]), int(state["failed_iterations"])
+        self.in_a_row, self.last = int(state["in_a_row"]), str(state["last"])
+
     def take_records(self) -> list[dict[str, Any]]:
         """The latest iteration's records of episodes that never stepped, once (the rollouts file)."""
         out, self.records = self.records, []

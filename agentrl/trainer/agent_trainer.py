@@ -490,26 +490,30 @@ class AgentGRPOTrainer(GRPOTrainer):
             raise RecipeError(f"resume: {why}")
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        """TRL's optimizer and scheduler, then the guard's counts, the checkpoint's identity and the
-        runner's part."""
+        """TRL's optimizer and scheduler, then the guard's and the env-failure watch's counts, the
+        checkpoint's identity and the runner's part."""
         from agentrl.checkpoints import write_identity
 
         super()._save_optimizer_and_scheduler(output_dir)
         if self.args.should_save:
             (Path(output_dir) / GUARD_FILE).write_text(json.dumps(self.guard.state_dict()))
+            (Path(output_dir) / ENV_FAILURES_FILE).write_text(json.dumps(self.env_failures.state_dict()))
             write_identity(output_dir, self.identity())
         self.runner.save_checkpoint(output_dir)
         if hasattr(self.source, "save_checkpoint"):  # what an asynchronous producer owes the learner
             self.source.save_checkpoint(output_dir, self.state.global_step)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        """TRL's optimizer and scheduler, then the guard's counts and the runner's part."""
+        """TRL's optimizer and scheduler, then the guard's and env-failure counts and the runner's part."""
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
         guard = Path(checkpoint) / GUARD_FILE
         if guard.is_file():
             self.guard.load_state_dict(json.loads(guard.read_text()))
+        failures = Path(checkpoint) / ENV_FAILURES_FILE
+        if failures.is_file():  # (checkpoints from before the counts were kept start them afresh)
+            self.env_failures.load_state_dict(json.loads(failures.read_text()))
         self.runner.load_checkpoint(checkpoint)
         if hasattr(self.source, "load_checkpoint"):
             self.source.load_checkpoint(checkpoint)
@@ -523,6 +527,8 @@ class AgentGRPOTrainer(GRPOTrainer):
 
 GUARD_FILE = "nonfinite_guard.json"
 """The non-finite guard's counts in a checkpoint folder."""
+ENV_FAILURES_FILE = "env_failures.json"
+"""The env-failure watch's counts in a checkpoint folder."""
 
 
 def _picklable(values: dict[str, Any]) -> dict[str, Any]:

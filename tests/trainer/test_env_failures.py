@@ -196,3 +196,19 @@ def test_an_env_that_fails_in_some_episodes_trains_on_and_says_so(tmp_path, tiny
                      for s in (1, 2)]
     assert r.stderr.strip().splitlines()[-1].startswith(
         "agentrl train: error: every iteration of the run (2) failed (0.5 of the episode(s) ended on an env error")
+
+
+def test_a_resumed_run_keeps_counting_failed_iterations_in_a_row(tmp_path, tiny_model_dir):
+    # every iteration fails at rate 0.5 (4 of 8 episodes) yet trains; max_env_failure_iterations 3:
+    # two steps, killed at their end (the run of only failures ends it: exit 2, checkpoint-2 saved),
+    # then resumed to 3: step 3 is the third failed iteration in a row, as in one uninterrupted run
+    opts = {"lengths": [1, 3], "parity": True, "broken_at": 1}
+    kw = dict(task_options=opts, task_seeds=[0, 1], max_env_failure_rate=0.5, save_strategy="steps", save_steps=2)
+    r = _train(tmp_path, tiny_model_dir, max_steps=2, **kw)
+    assert r.returncode == 2 and (tmp_path / "run" / "checkpoint-2" / "env_failures.json").is_file()
+    assert json.loads((tmp_path / "run" / "checkpoint-2" / "env_failures.json").read_text())["in_a_row"] == 2
+    r = _train(tmp_path, tiny_model_dir, max_steps=3, resume_from_checkpoint=True, **kw)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        "agentrl train: error: 3 iterations in a row failed (0.5 of the episode(s) ended on an env error"), \
+        r.stderr[-2000:]
