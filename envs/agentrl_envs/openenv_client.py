@@ -35,6 +35,7 @@ import re
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -114,12 +115,33 @@ class _Loop:
         return asyncio.run_coroutine_threadsafe(coro, cls._loop).result(timeout)
 
 
+@functools.cache
 def _client_class():
+    """OpenEnv's generic client, connecting without websocket keepalive pings: a server whose step
+    holds its event loop longer than websockets' 20 s ping timeout (a slow env, a loaded machine)
+    would otherwise lose the session mid-episode. Every reset and step is bounded by the env's
+    ``timeout_s`` instead. (Relies on the client's ``_ws``, ``_ws_url``, ``_connect_timeout`` and
+    ``_max_message_size``: tests/envs/test_openenv_server.py checks them.)"""
     try:
         from openenv.core.generic_client import GenericEnvClient
+        from websockets.asyncio.client import connect
     except ImportError as e:
         raise missing_extra("an openenv: env id", "openenv", e) from None
-    return GenericEnvClient
+
+    class Client(GenericEnvClient):
+        async def connect(self):
+            if self._ws is not None:
+                return self
+            host = urllib.parse.urlsplit(self._ws_url).hostname or ""
+            try:
+                self._ws = await connect(self._ws_url, open_timeout=self._connect_timeout,
+                                         max_size=self._max_message_size, ping_interval=None,
+                                         proxy=None if host in ("localhost", "127.0.0.1", "::1") else True)
+            except Exception as e:
+                raise ConnectionError(f"Failed to connect to {self._ws_url}: {e}") from e
+            return self
+
+    return Client
 
 
 def _get_json(url: str, timeout: float = 10.0) -> dict:

@@ -300,3 +300,25 @@ def test_bench_envs_server_compares_in_process_with_the_server(capsys):
     assert tc["overhead_step_ms"] == pytest.approx(tc["server_step_ms"] - tc["inproc_step_prompts_ms"], abs=2e-3)
     assert tc["steps_per_s"][0] == pytest.approx(1e3 / tc["inproc_step_ms"], rel=0.01)
     assert "expert_action" in rows["agentrl/MathAnswer-v0"]["skipped"]
+
+
+def test_our_client_keeps_no_keepalive_pings_on_openenvs_client_internals(server):
+    """Contract: agentrl's OpenEnv client is OpenEnv's GenericEnvClient with its own connect (no
+    keepalive pings: a server that holds its event loop past websockets' ping timeout must not
+    lose the session), which reads the client's private ``_ws``, ``_ws_url``, ``_connect_timeout``
+    and ``_max_message_size``."""
+    from agentrl_envs.openenv_client import _client_class, _Loop
+    from openenv.core.generic_client import GenericEnvClient
+
+    srv = server("agentrl/TextCraft-v0")
+    client = _client_class()(base_url=srv.url, connect_timeout_s=7.0, message_timeout_s=9.0)
+    assert isinstance(client, GenericEnvClient)
+    assert client._ws is None and client._ws_url.endswith("/ws") and client._connect_timeout == 7.0
+    assert isinstance(client._max_message_size, int)
+    _Loop.run(client.connect(), 30)
+    try:
+        assert client._ws is not None and client._ws.ping_interval is None  # keepalive off
+        result = _Loop.run(client.reset(seed=3), 30)
+        assert "Goal" in json.dumps(result.observation)
+    finally:
+        _Loop.run(client.disconnect(), 30)
