@@ -117,3 +117,16 @@ def test_fused_lm_head_gives_the_completion_logprobs(tiny):
             p = full[i, start + t - 1].exp()
             assert ent[i, t].item() == pytest.approx(-(p * full[i, start + t - 1]).sum().item(), abs=1e-4)
     assert lp[0, 2].item() == 0.0 and ent[0, 2].item() == 0.0  # padding
+
+
+def test_metrics_are_lists_per_mode_averaged_and_cleared_at_each_log():
+    # AgentGRPOTrainer (and trainer/update.py) append its per-step figures to self._metrics[mode][name]:
+    # TRL must keep one list per name and mode, average it (NaN left out) into the next log, then clear it
+    from trl import GRPOTrainer
+
+    assert 'self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}' in inspect.getsource(
+        GRPOTrainer.__init__)
+    src = inspect.getsource(GRPOTrainer.log)
+    assert "for key, val in self._metrics[mode].items():" in src
+    assert "metrics[key] = sum(valid) / len(valid) if valid else None" in src
+    assert "self._metrics[mode].clear()" in src
