@@ -74,11 +74,16 @@ def dipg(tmp_path_factory):
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            procs.append(subprocess.Popen([str(SERVER), "--port", str(port)], cwd=work, env=env,
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+            # each replica in its own folder: the server creates its sqlite database in its working
+            # directory, and two replicas starting at once race on creating the same tables
+            home = work / f"replica-{port}"
+            home.mkdir()
+            log = open(work / f"server-{port}.log", "w")  # noqa: SIM115 (the server writes it while it runs)
+            procs.append(subprocess.Popen([str(SERVER), "--port", str(port)], cwd=home, env=env,
+                                          stdout=log, stderr=subprocess.STDOUT))
             urls.append(f"http://127.0.0.1:{port}")
         for url, proc in zip(urls, procs, strict=True):
-            _wait(url, proc)
+            _wait(url, proc, work / f"server-{url.rsplit(':', 1)[1]}.log")
         yield urls, work, env
     finally:
         for proc in procs:
@@ -86,7 +91,7 @@ def dipg(tmp_path_factory):
             proc.wait(10)
 
 
-def _wait(url, proc) -> None:
+def _wait(url, proc, log) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -94,7 +99,8 @@ def _wait(url, proc) -> None:
                 return
         except requests.ConnectionError:
             time.sleep(0.5)
-    pytest.fail(f"the DIPG server at {url} did not start")
+    tail = log.read_text()[-3000:] if log.is_file() else ""
+    pytest.fail(f"the DIPG server at {url} did not start (exit {proc.poll()}); its output ends:\n{tail}")
 
 
 def _oracle(work, env) -> dict[str, dict[str, float]]:
