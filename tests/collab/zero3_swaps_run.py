@@ -76,6 +76,10 @@ def main(out: str, dtype: str = "fp32") -> None:
     if acc.is_main_process:
         torch.save({"diff": diff, "parked_changed": parked_changed, "a_vs_b": moved,
                     "masters_apart": masters_apart, "masters_back": masters_back}, f"{out}/result.pt")
+    # every rank leaves together and closes the group: a rank that exits while the group's threads
+    # still run can abort ("terminate called without an active exception") after the result is saved
+    acc.wait_for_everyone()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
