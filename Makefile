@@ -3,8 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Extras installed by `make setup`. alfworld compiles jericho + fast-downward (~4.5 min cold).
-EXTRAS ?= dev,deepspeed,alfworld
+# Extras installed by `make setup`. alfworld compiles jericho + fast-downward (~4.5 min cold); serve is
+# `agentrl serve` (the verifiers episode tests serve a tiny model with it).
+EXTRAS ?= dev,deepspeed,alfworld,serve
 # agentrl-envs' doors to other trainers (docs/envs.md). openenv-core 0.3.0 goes in without its
 # dependencies: it requires gradio for a web UI the server never turns on, and gradio pins
 # pillow<13 (a downgrade here); OPENENV_DEPS are the modules its server and client import.

@@ -24,6 +24,8 @@ COMMANDS = {
     "demo": ("agentrl.demo", "the CPU demo: SFT warm start, RL, held-out evaluation"),
     "arena": ("agentrl.arena", "race credit modules from one warm start over seeds: held-out curves, paired stats"),
     "bench": ("agentrl.benchmarks", "benchmarks behind one dispatcher: agentrl bench NAME [ARGS]; --help lists them"),
+    "serve": ("agentrl.serve_openai", "a checkpoint as an OpenAI-compatible chat endpoint (verifiers, OpenAI SDKs): "
+              "agentrl serve CHECKPOINT --port 8000"),
     "truth": ("agentrl.truth.__main__", "credit scored against exact advantages and policy gradients on finite MDPs"),
 }
 

@@ -57,7 +57,8 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
      "the TRL subclass (the learner) and its steps"),
     ("apps", ("agentrl.__main__", "agentrl.cli", "agentrl.train", "agentrl.launch", "agentrl.recipe_hook",
               "agentrl.sft", "agentrl.evaluation", "agentrl.demo", "agentrl.demo_goals", "agentrl.arena", "agentrl.arena_stats",
-              "agentrl.report", "agentrl.show", "agentrl.truth", "agentrl.benchmarks", "agentrl.credit.__main__",
+              "agentrl.report", "agentrl.show", "agentrl.truth", "agentrl.benchmarks", "agentrl.serve_openai",
+              "agentrl.credit.__main__",
               "agentrl.credit.compare"),
      "commands: import the library, never imported by it"),
 ]
