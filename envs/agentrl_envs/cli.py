@@ -1,10 +1,13 @@
 """``agentrl-envs``: the environments' own command (also ``python -m agentrl_envs``).
 
     agentrl-envs serve ENV_ID [--port P] [--host H] [--max-concurrent N] [--env-kwargs JSON] [--isolate]
+    agentrl-envs verifiers ENV_ID --base-url URL --model NAME [--num-tasks N] [--max-turns T] [--max-tokens M]
     agentrl-envs list
 
 ``serve`` puts a registered env behind OpenEnv's server (``agentrl_envs.interop.openenv_server``);
-``ENV_ID`` may be ``module:ID`` to import the module that registers it first. ``list`` prints
+``ENV_ID`` may be ``module:ID`` to import the module that registers it first. ``verifiers`` plays
+episodes of an env through verifiers' eval runner against an OpenAI-style endpoint
+(``agentrl_envs.interop.verifiers_env.run_episodes``) and prints each one's return. ``list`` prints
 the registered ids. Bad input is one line on stderr and exit 2.
 """
 
@@ -44,6 +47,45 @@ def _serve(args) -> int:
     return 0
 
 
+def _verifiers(args) -> int:
+    import asyncio
+
+    try:
+        kwargs = json.loads(args.env_kwargs)
+        if not isinstance(kwargs, dict):
+            raise ValueError("must be a JSON object")
+    except ValueError as e:
+        print(f"agentrl-envs verifiers: --env-kwargs: {e}", file=sys.stderr)
+        return 2
+    if args.num_tasks < 1 or args.max_tokens < 1 or (args.max_turns or 1) < 1:
+        print("agentrl-envs verifiers: --num-tasks, --max-tokens and --max-turns must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        from agentrl_envs.interop.verifiers_env import run_episodes
+    except ImportError as e:
+        print(f"agentrl-envs verifiers: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    sampling = {"temperature": args.temperature, "max_tokens": args.max_tokens,
+                **({"seed": args.seed} if args.seed is not None else {})}
+    episodes = asyncio.run(run_episodes(args.base_url, args.model, args.env_id, sampling=sampling,
+                                        max_turns=args.max_turns, api_key_var=args.api_key_var,
+                                        output_dir=args.out, env_kwargs=kwargs, num_tasks=args.num_tasks,
+                                        seed_start=args.seed_start, split=args.split))
+    returns = []
+    for e in episodes:
+        for t in e.traces:
+            # a failed episode (the endpoint refused, the program died) says why in one line
+            errors = [*e.errors, *t.errors]
+            failed = "" if e.ok else f", failed: {(errors[-1].message if errors else 'not ok').splitlines()[0]}"
+            score = t.rewards.get("agentrl_return")
+            returns.append(score.score if score is not None else float("nan"))
+            print(f"seed {t.task.data.seed}: return {returns[-1]:+.3f}, steps {t.info.get('env_steps')}, "
+                  f"won {t.info.get('won')}{failed}")
+    if returns:
+        print(f"mean return {sum(returns) / len(returns):+.3f} over {len(returns)} episodes; traces under {args.out}")
+    return 0 if all(e.ok for e in episodes) else 1
+
+
 def _list(args) -> int:
     from agentrl_envs.probe import registered_env_ids
 
@@ -73,6 +115,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --isolate: a reset or step that takes longer loses its episode (default 300 s)")
     s.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     s.set_defaults(fn=_serve)
+    v = sub.add_parser("verifiers", help="play episodes of an env through verifiers against an OpenAI-style endpoint",
+                       description="One verifiers episode per task (verifiers' eval runner, its null harness, "
+                                   "this interpreter; traces under --out), e.g. against `agentrl serve CHECKPOINT`.")
+    v.add_argument("env_id", help="a registered id (agentrl/TextCraft-v0), or module:ID")
+    v.add_argument("--base-url", required=True, help="the endpoint, e.g. http://127.0.0.1:8000/v1")
+    v.add_argument("--model", required=True, help="the model id the endpoint serves")
+    v.add_argument("--api-key-var", default="OPENAI_API_KEY", help="env variable holding the endpoint's key")
+    v.add_argument("--num-tasks", type=int, default=3, help="episodes: seeds seed-start, seed-start+1, ...")
+    v.add_argument("--seed-start", type=int, default=0)
+    v.add_argument("--split", default="train")
+    v.add_argument("--env-kwargs", default="{}", help="JSON object of keyword arguments for gymnasium.make")
+    v.add_argument("--max-turns", type=int, default=None, help="cap on the model's turns per episode")
+    v.add_argument("--max-tokens", type=int, default=256, help="cap on each reply's tokens")
+    v.add_argument("--temperature", type=float, default=1.0)
+    v.add_argument("--seed", type=int, default=None, help="sampling seed sent with every request")
+    v.add_argument("--out", default="outputs", help="verifiers' output folder (its traces.jsonl)")
+    v.set_defaults(fn=_verifiers)
     ls = sub.add_parser("list", help="print the registered env ids")
     ls.set_defaults(fn=_list)
     return ap

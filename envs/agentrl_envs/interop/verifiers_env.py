@@ -21,6 +21,7 @@ it with the env's expert).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -94,7 +95,9 @@ class AgentrlTask(vf.Task[AgentrlData]):
 
 
 class AgentrlEnvConfig(vf.EnvConfig):
-    player: vf.AgentConfig = vf.AgentConfig()
+    # The model only talks: verifiers' tool-less chat loop (the ``null`` harness), run as a host
+    # process (the env needs no sandbox; verifiers' default runtime is a remote one)
+    player: vf.AgentConfig = vf.AgentConfig(harness={"id": "null"}, runtime=vf.SubprocessConfig())
 
 
 class AgentrlEnv(vf.Env[AgentrlEnvConfig]):
@@ -133,6 +136,62 @@ class AgentrlTaskset(vf.Taskset[AgentrlTask, AgentrlTasksetConfig]):
                                           env_kwargs=dict(c.env_kwargs), seed=seed, options=options), c.task)
 
 
+def chat_program_on_this_python() -> str:
+    """Let verifiers' subprocess runtime run its chat program (the ``null`` harness's) with this
+    interpreter instead of a uv environment it would build from PyPI; returns the program's path.
+
+    The runtime keeps the program at a path named by its text's digest and remembers which
+    interpreter runs each path; ``prepare_uv_script`` only calls uv for a path it does not know.
+    Every package the program declares is a dependency of verifiers itself, so the interpreter
+    that imports verifiers can run it: this writes the program there and records this
+    interpreter, which makes episodes need neither uv nor a network. Without it verifiers needs
+    ``uv`` (it installs one with pip if missing) and PyPI the first time.
+    """
+    import hashlib
+    import sys
+    from pathlib import Path
+
+    from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
+    from verifiers.v1.runtimes.subprocess import SubprocessRuntime
+
+    known = getattr(SubprocessRuntime, "_interpreters", None)
+    if not isinstance(known, dict):  # a later verifiers keeps them elsewhere: say so, do not guess
+        raise RuntimeError("verifiers' SubprocessRuntime has no interpreter table (this was written for "
+                           "0.4.0); run with this_python=False to let it prepare the chat program with uv")
+    path = Path(SubprocessRuntime.scripts_dir) / f"{hashlib.sha256(CHAT_PROGRAM_SOURCE.encode()).hexdigest()}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != CHAT_PROGRAM_SOURCE:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # atomic: another process may be reading it
+        tmp.write_text(CHAT_PROGRAM_SOURCE)
+        tmp.replace(path)
+    known[str(path)] = sys.executable
+    return str(path)
+
+
+async def run_episodes(base_url: str, model: str, env_id: str = "agentrl/TextCraft-v0", *,
+                       sampling: dict[str, Any] | None = None, max_turns: int | None = None,
+                       api_key_var: str = "OPENAI_API_KEY", output_dir: str = "outputs",
+                       this_python: bool = True, **taskset: Any) -> list[vf.Episode]:
+    """One verifiers episode per task of ``env_id`` (the other ``AgentrlTasksetConfig`` fields
+    as keywords), played by ``model`` at the OpenAI-style endpoint ``base_url``, through
+    verifiers' own eval runner (what ``vf-eval`` runs): its interception server in front of the
+    endpoint, the ``null`` harness's chat program in a subprocess, ``AgentrlEnv.run`` as the
+    user, and the traces it writes under ``output_dir``. ``sampling`` is verifiers'
+    ``SamplingConfig`` (temperature, top_p, max_tokens; other keys such as seed go to the
+    endpoint as written); ``max_turns`` caps the model's turns; ``this_python``: see
+    ``chat_program_on_this_python``. Nothing is pushed to Prime Intellect's platform."""
+    from verifiers.v1.cli.eval.runner import run_eval
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    if this_python:
+        chat_program_on_this_python()
+    player = AgentrlEnvConfig().player.model_copy(update={"max_turns": max_turns})
+    env = AgentrlEnvConfig(taskset={"id": TASKSET_ID, "env_id": env_id, **taskset}, player=player)
+    config = EvalConfig(env=env, model=model, sampling=sampling or {}, push=False, rich=None, output_dir=output_dir,
+                        client={"type": "eval", "base_url": base_url, "api_key_var": api_key_var})
+    return await run_eval(config)
+
+
 def load_environment(env_id: str = "agentrl/TextCraft-v0", **taskset: Any):
     """verifiers' env for ``env_id`` (the other ``AgentrlTasksetConfig`` fields as keywords),
     built through verifiers' own loader."""
@@ -141,4 +200,4 @@ def load_environment(env_id: str = "agentrl/TextCraft-v0", **taskset: Any):
 
 
 __all__ = ["AgentrlEnv", "AgentrlEnvConfig", "AgentrlTask", "AgentrlTaskset", "AgentrlTasksetConfig",
-           "Conversation", "load_environment"]
+           "Conversation", "chat_program_on_this_python", "load_environment", "run_episodes"]
