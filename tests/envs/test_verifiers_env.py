@@ -2,10 +2,10 @@
 ``agentrl-verifiers``).
 
 verifiers builds the env through its own loader here (the taskset found by its id, the ``Env``
-subclass the module exports). An episode needs a model behind one of verifiers' harnesses (an
-OpenAI-style endpoint and a chat program it installs with uv), which this machine does not
-have; the loop that ``AgentrlEnv.run`` drives (``Conversation``) is played here by the env's
-expert and compared with the env stepped directly.
+subclass the module exports), and the loop that ``AgentrlEnv.run`` drives (``Conversation``) is
+played by the env's expert and compared with the env stepped directly. Real verifiers episodes,
+with a model served by ``agentrl serve`` behind verifiers' harness, are in
+``test_verifiers_episode.py``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
 """agentrl's envs for prime-intellect's verifiers (0.4.0: ``verifiers.v1``).
 
     import verifiers.v1 as vf
-    from agentrl_envs.interop.verifiers_env import load_environment
+    from agentrl_envs.interop.verifiers_env import load_environment, run_episodes
     env = load_environment("agentrl/TextCraft-v0", num_tasks=64)      # a vf.Env
-    # or, with verifiers' CLI: --env.taskset.id agentrl-verifiers --env.taskset.env_id agentrl/TextCraft-v0
+    # episodes against an OpenAI-style endpoint (e.g. `agentrl serve CHECKPOINT --port 8000`):
+    episodes = asyncio.run(run_episodes("http://127.0.0.1:8000/v1", "model-id", "agentrl/TextCraft-v0",
+                                        num_tasks=3, max_turns=10, sampling={"max_tokens": 64}))
+    # or: agentrl-envs verifiers agentrl/TextCraft-v0 --base-url http://127.0.0.1:8000/v1 --model model-id
+    # or verifiers' CLI: vf-eval agentrl-verifiers --env.taskset.env_id agentrl/TextCraft-v0 ...
 
 verifiers 0.4 builds an environment from a taskset (the tasks) and an ``Env`` (how one task
 becomes an episode), both found by the taskset's id: an installed module exporting them in
@@ -13,10 +17,18 @@ plays the user: the task's prompt is the env's first user message (its ``prompt`
 each reply of the model is the env's action as it wrote it (the env parses it and applies its
 penalty), the env's observation comes back as the next user turn (``turn_message``, as in
 agentrl's trajectory mode), and the episode ends when the env says so. The reward is the env's
-return (``agentrl_return``); ``won`` goes into the trace's info.
+return (``agentrl_return``); ``won`` and ``env_steps`` go into the trace's info.
 
-``Conversation`` is that loop without verifiers (what ``AgentrlEnv.run`` drives; the tests drive
-it with the env's expert).
+The model's side is verifiers' own: its ``null`` harness (a tool-less chat program that verifiers
+launches once per model turn on the conversation so far) on its ``subprocess`` runtime, the
+defaults of ``AgentrlEnvConfig.player``; the program's calls go through verifiers' interception
+server, which records them in the trace and forwards them to the endpoint. ``run_episodes`` is
+verifiers' eval runner on that config (what ``vf-eval`` runs). verifiers prepares the chat program
+with uv and PyPI; ``chat_program_on_this_python`` hands it this interpreter instead (verifiers'
+own dependencies are all the program needs), so an episode needs only the endpoint.
+
+``Conversation`` is the env's side of that loop without verifiers (what ``AgentrlEnv.run``
+drives).
 """
 
 from __future__ import annotations
@@ -189,7 +201,14 @@ async def run_episodes(base_url: str, model: str, env_id: str = "agentrl/TextCra
     env = AgentrlEnvConfig(taskset={"id": TASKSET_ID, "env_id": env_id, **taskset}, player=player)
     config = EvalConfig(env=env, model=model, sampling=sampling or {}, push=False, rich=None, output_dir=output_dir,
                         client={"type": "eval", "base_url": base_url, "api_key_var": api_key_var})
-    return await run_eval(config)
+    # the runner names its run in VF_RUN_ID for the processes it spawns and leaves it set; a later
+    # call in this process would then stamp its programs with this run's id
+    run_id = os.environ.get("VF_RUN_ID")
+    try:
+        return await run_eval(config)
+    finally:
+        if run_id is None:
+            os.environ.pop("VF_RUN_ID", None)
 
 
 def load_environment(env_id: str = "agentrl/TextCraft-v0", **taskset: Any):
