@@ -156,6 +156,13 @@ class ChatModel:
         self.model = AutoModelForCausalLM.from_pretrained(checkpoint).to(device).eval()
         self.device = torch.device(device)
         self.context = getattr(self.model.config, "max_position_embeddings", None)
+        # a turn ends at the tokenizer's end token or any the checkpoint's generation config adds
+        # (instruct checkpoints often list the chat template's end-of-turn token there)
+        extra = getattr(self.model.generation_config, "eos_token_id", None)
+        extra = [] if extra is None else [extra] if isinstance(extra, int) else list(extra)
+        self.eos_ids = list(dict.fromkeys([i for i in (self.tokenizer.eos_token_id, *extra) if i is not None]))
+        if not self.eos_ids:
+            raise ValueError(f"{checkpoint}: neither the tokenizer nor the generation config names an end token")
         # generate() draws from torch's global generator: a seeded request reseeds it, and the
         # lock keeps another request from drawing in between (and the model from running twice
         # at once on a small machine)
@@ -165,6 +172,11 @@ class ChatModel:
         self.recent: deque[tuple[ChatRequest, Completion]] = deque(maxlen=RECENT)
         """The last ``RECENT`` requests and their replies, oldest first (what a caller can
         check a client's record against without a log file)."""
+
+    def _pad_id(self) -> int:
+        # generate() wants one even for a single unpadded row; the end token stands in if none is set
+        pad = self.tokenizer.pad_token_id
+        return self.eos_ids[0] if pad is None else pad
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The conversation rendered by the chat template, ending with the assistant's header."""
@@ -182,8 +194,8 @@ class ChatModel:
         max_new = min(request.max_tokens, self.context - len(ids)) if self.context else request.max_tokens
         sample = request.temperature > 0
         kwargs: dict[str, Any] = {"do_sample": sample, "max_new_tokens": max_new,
-                                  "eos_token_id": self.tokenizer.eos_token_id,
-                                  "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id}
+                                  "eos_token_id": self.eos_ids,
+                                  "pad_token_id": self._pad_id()}
         if sample:
             kwargs.update(temperature=request.temperature, top_p=request.top_p, top_k=0)
         else:  # the checkpoint's generation config may ask for sampling; greedy takes no knobs
@@ -195,7 +207,7 @@ class ChatModel:
             inputs = torch.tensor([ids], device=self.device)
             out = self.model.generate(inputs, attention_mask=torch.ones_like(inputs), **kwargs)
             new = out[0, len(ids):].tolist()
-            ended = bool(new) and new[-1] == self.tokenizer.eos_token_id
+            ended = bool(new) and new[-1] in self.eos_ids
             done = Completion(text=self.tokenizer.decode(new, skip_special_tokens=True), prompt_tokens=len(ids),
                               completion_tokens=len(new), finish_reason="stop" if ended else "length")
             self.recent.append((request, done))
