@@ -197,7 +197,8 @@ def plot(summary: dict[str, Any], out: Path) -> None:
     ax.set_xlabel("RL step")
     what = summary.get("eval_set", "held-out tasks")
     ax.set_ylabel("success (%)")
-    ax.set_title(f"agentrl arena: success on {what}, mean ± s.e. over {len(summary['seeds'])} seed(s)", fontsize=9)
+    # two lines: the practised-goals description alone fills the figure's width
+    ax.set_title(f"agentrl arena: success on {what}\nmean ± s.e. over {len(summary['seeds'])} seed(s)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=110)
