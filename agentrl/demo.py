@@ -40,11 +40,11 @@ from agentrl.demo_goals import (
     MEDIOCRE,
     choose_goals,
     goal_level_se,
-    paired_gain,
     plot_curve,
     practised_seeds,
     train_pool,
 )
+from agentrl.evaluation.heldout import paired_difference
 
 ENV_ID = "agentrl/TextCraft-v0"
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
@@ -355,7 +355,7 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
             after = _evaluate(ck, sets, timings, meter)
         parts = []
         for name, r in after.items():
-            gain, se = paired_gain(before[name]["wins"], r["wins"])
+            gain, se = paired_difference(before[name]["wins"], r["wins"])
             curves[name].append((step, r["success"], r["success_se"], se))
             parts.append(f"{name} {r['success']:.1f}% ({gain:+.1f} +- {se:.1f})")
         log(f"  step {step}: " + "; ".join(parts))
@@ -368,7 +368,7 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
                                "practised_goals": goals,
                                "selection": selection}
     for name in sets:
-        gain, se = paired_gain(before[name]["wins"], after[name]["wins"])
+        gain, se = paired_difference(before[name]["wins"], after[name]["wins"])
         summary[name] = {"before": before[name], "after": after[name], "gain": gain, "gain_paired_se": se,
                          "curve": curves[name], "settings": sets[name].to_dict()}
     summary["memory"] = memory_summary(meter, rl_dir)

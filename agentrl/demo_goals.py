@@ -1,6 +1,7 @@
 """The demo's goals and its statistics: which training goals RL practises (``choose_goals``), the
-fresh evaluation draws of them (``practised_seeds``), the paired gains with the episode and the
-goal as unit, and the learning-curve figure. ``agentrl.demo`` runs the pipeline around them.
+fresh evaluation draws of them (``practised_seeds``), the paired gain's s.e. with the goal as unit
+(with the episode as unit it is ``agentrl.evaluation.paired_difference``), and the learning-curve
+figure. ``agentrl.demo`` runs the pipeline around them.
 """
 
 from __future__ import annotations
@@ -14,13 +15,6 @@ MEDIOCRE = (0.25, 0.75)
 reinforce, and room to improve."""
 
 
-def paired_gain(before: list[bool], after: list[bool]) -> tuple[float, float]:
-    """Gain in points over the same goals and its paired standard error (see agentrl.evaluation.heldout)."""
-    from agentrl.evaluation.heldout import paired_difference
-
-    return paired_difference(before, after)
-
-
 def goal_level_se(before: list[bool], after: list[bool], seeds: list[int], pool: int) -> float:
     """Paired s.e. (points) with the goal as the unit: each goal's mean difference over its draws
     (seed g + m x pool is goal g), s.e. over goals. A goal's draws nearly always agree on this
@@ -32,7 +26,6 @@ def goal_level_se(before: list[bool], after: list[bool], seeds: list[int], pool:
 
     se = mean_se([sum(d) / len(d) for d in by.values()])[1]
     return float("nan") if se is None else 100 * se
-
 
 
 def train_pool() -> int:
@@ -68,7 +61,6 @@ def choose_goals(greedy: list[bool], sampled: list[float], k: int,
     taken = set(chosen)
     rest = sorted((i for i in range(len(greedy)) if i not in taken), key=lambda i: (abs(sampled[i] - 0.5), i))
     return sorted(chosen + rest[:k - len(chosen)])
-
 
 
 def plot_curve(practised: list[tuple[int, float, float, float]], heldout: list[tuple[int, float, float, float]],

@@ -13,16 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.demo import DESIGNS, choose_goals, paired_gain, practised_seeds
+from agentrl.demo import DESIGNS, choose_goals, practised_seeds
+from agentrl.evaluation import paired_difference
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_paired_gain_by_hand():
+    # the demo's gain and its paired s.e. (episode as unit)
     before = [True, False, False, True, False]
     after = [True, True, False, False, True]
     # d = [0, 1, 0, -1, 1]: mean 0.2 -> +20 points; sample var = (0.04+0.64+0.04+1.44+0.64)/4 = 0.7
-    gain, se = paired_gain(before, after)
+    gain, se = paired_difference(before, after)
     assert abs(gain - 20.0) < 1e-9
     assert abs(se - 100 * (0.7 / 5) ** 0.5) < 1e-9
 
