@@ -18,13 +18,21 @@ import json
 import sys
 
 
-def _serve(args) -> int:
+def _env_kwargs(args, command: str) -> dict | None:
+    """``--env-kwargs`` as a mapping, or None after saying on stderr why it is not a JSON object."""
     try:
         kwargs = json.loads(args.env_kwargs)
         if not isinstance(kwargs, dict):
             raise ValueError("must be a JSON object")
     except ValueError as e:
-        print(f"agentrl-envs serve: --env-kwargs: {e}", file=sys.stderr)
+        print(f"agentrl-envs {command}: --env-kwargs: {e}", file=sys.stderr)
+        return None
+    return kwargs
+
+
+def _serve(args) -> int:
+    kwargs = _env_kwargs(args, "serve")
+    if kwargs is None:
         return 2
     if (not 0 <= args.port <= 65535 or args.max_concurrent < 1 or (args.session_timeout or 1) <= 0
             or args.call_timeout <= 0):
@@ -50,15 +58,18 @@ def _serve(args) -> int:
 def _verifiers(args) -> int:
     import asyncio
 
-    try:
-        kwargs = json.loads(args.env_kwargs)
-        if not isinstance(kwargs, dict):
-            raise ValueError("must be a JSON object")
-    except ValueError as e:
-        print(f"agentrl-envs verifiers: --env-kwargs: {e}", file=sys.stderr)
+    kwargs = _env_kwargs(args, "verifiers")
+    if kwargs is None:
         return 2
     if args.num_tasks < 1 or args.max_tokens < 1 or (args.max_turns or 1) < 1:
         print("agentrl-envs verifiers: --num-tasks, --max-tokens and --max-turns must be >= 1", file=sys.stderr)
+        return 2
+    from agentrl_envs.probe import probe_task
+
+    try:  # an unknown id, bad kwargs or a bad split: one line here, not a traceback from inside verifiers
+        probe_task(args.env_id, kwargs, args.seed_start, {"split": args.split})
+    except ValueError as e:
+        print(f"agentrl-envs verifiers: {e}", file=sys.stderr)
         return 2
     try:
         from agentrl_envs.interop.verifiers_env import run_episodes

@@ -119,3 +119,18 @@ def test_agentrl_envs_verifiers_prints_each_episode(served, tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"seed 9: return {score:+.3f}, steps {steps}, won False" and steps == 3
     assert out[1].startswith(f"mean return {score:+.3f} over 1 episodes")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["agentrl/Nope-v0"], "unknown env id 'agentrl/Nope-v0'"),
+    ([ENV_ID, "--split", "nope"], "unknown split 'nope'"),
+    ([ENV_ID, "--env-kwargs", "[1]"], "--env-kwargs: must be a JSON object"),
+    ([ENV_ID, "--num-tasks", "0"], "--num-tasks, --max-tokens and --max-turns must be >= 1"),
+])
+def test_agentrl_envs_verifiers_refuses_bad_input_in_one_line(args, says, capsys):
+    """Checked before verifiers starts (no endpoint behind the URL): exit 2, one line on stderr."""
+    from agentrl_envs.cli import main
+
+    assert main(["verifiers", *args, "--base-url", "http://127.0.0.1:9/v1", "--model", "tiny"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("agentrl-envs verifiers: ") and says in err[0]
