@@ -19,6 +19,7 @@ logprobs and stop strings are not implemented; the fields that ask for them are 
 # at runtime, and they are imported inside create_app
 import argparse
 import json
+import sys
 import threading
 import time
 import uuid
@@ -28,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from agentrl.rollout.generation import end_token_ids, hf_generate_fn
 
 DEFAULT_MAX_TOKENS = 256
 """Reply length when a request names none (OpenAI leaves it to the model; a bound keeps a
@@ -146,7 +149,6 @@ class ChatModel:
     """A checkpoint and its tokenizer, generating one reply at a time."""
 
     def __init__(self, checkpoint: str | Path, name: str | None = None, device: str = "cpu"):
-        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.name = name or Path(checkpoint).name
@@ -154,13 +156,8 @@ class ChatModel:
         if self.tokenizer.chat_template is None:
             raise ValueError(f"{checkpoint}: the tokenizer has no chat template")
         self.model = AutoModelForCausalLM.from_pretrained(checkpoint).to(device).eval()
-        self.device = torch.device(device)
         self.context = getattr(self.model.config, "max_position_embeddings", None)
-        # a turn ends at the tokenizer's end token or any the checkpoint's generation config adds
-        # (instruct checkpoints often list the chat template's end-of-turn token there)
-        extra = getattr(self.model.generation_config, "eos_token_id", None)
-        extra = [] if extra is None else [extra] if isinstance(extra, int) else list(extra)
-        self.eos_ids = list(dict.fromkeys([i for i in (self.tokenizer.eos_token_id, *extra) if i is not None]))
+        self.eos_ids = end_token_ids(self.model, self.tokenizer)
         if not self.eos_ids:
             raise ValueError(f"{checkpoint}: neither the tokenizer nor the generation config names an end token")
         # generate() draws from torch's global generator: a seeded request reseeds it, and the
@@ -172,11 +169,6 @@ class ChatModel:
         self.recent: deque[tuple[ChatRequest, Completion]] = deque(maxlen=RECENT)
         """The last ``RECENT`` requests and their replies, oldest first (what a caller can
         check a client's record against without a log file)."""
-
-    def _pad_id(self) -> int:
-        # generate() wants one even for a single unpadded row; the end token stands in if none is set
-        pad = self.tokenizer.pad_token_id
-        return self.eos_ids[0] if pad is None else pad
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The conversation rendered by the chat template, ending with the assistant's header."""
@@ -192,21 +184,15 @@ class ChatModel:
         if self.context is not None and len(ids) >= self.context:
             raise BadRequest(f"the prompt is {len(ids)} tokens; the model's context is {self.context}")
         max_new = min(request.max_tokens, self.context - len(ids)) if self.context else request.max_tokens
-        sample = request.temperature > 0
-        kwargs: dict[str, Any] = {"do_sample": sample, "max_new_tokens": max_new,
-                                  "eos_token_id": self.eos_ids,
-                                  "pad_token_id": self._pad_id()}
-        if sample:
-            kwargs.update(temperature=request.temperature, top_p=request.top_p, top_k=0)
-        else:  # the checkpoint's generation config may ask for sampling; greedy takes no knobs
-            kwargs.update(temperature=None, top_p=None, top_k=None)
-        with self._lock, torch.no_grad():
+        # the rollout's own generate call; top-k off: OpenAI's sampling has no top-k
+        generate = hf_generate_fn(self.model, self.tokenizer, max_new_tokens=max_new,
+                                  temperature=request.temperature, do_sample=request.temperature > 0,
+                                  top_p=request.top_p, top_k=0)
+        with self._lock:
             self.requests += 1
             if request.seed is not None:
                 torch.manual_seed(request.seed)
-            inputs = torch.tensor([ids], device=self.device)
-            out = self.model.generate(inputs, attention_mask=torch.ones_like(inputs), **kwargs)
-            new = out[0, len(ids):].tolist()
+            new = generate([ids])[0]
             ended = bool(new) and new[-1] in self.eos_ids
             done = Completion(text=self.tokenizer.decode(new, skip_special_tokens=True), prompt_tokens=len(ids),
                               completion_tokens=len(new), finish_reason="stop" if ended else "length")
@@ -335,14 +321,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     args = parse_args(argv)
-    chat = ChatModel(args.checkpoint, args.model_name, args.device)
+    if not 0 <= args.port <= 65535:
+        print(f"agentrl serve: --port must be in 0..65535, got {args.port}", file=sys.stderr)
+        return 2
+    if not (Path(args.checkpoint) / "config.json").is_file():
+        print(f"agentrl serve: {args.checkpoint} is not a model folder (no config.json)", file=sys.stderr)
+        return 2
+    try:
+        chat = ChatModel(args.checkpoint, args.model_name, args.device)
+    except (OSError, ValueError) as e:  # no tokenizer, no chat template, no end token, a bad device
+        print(f"agentrl serve: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
     print(f"serving {chat.name} at http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(create_app(chat), host=args.host, port=args.port, log_level="info")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

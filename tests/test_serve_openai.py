@@ -57,6 +57,15 @@ def test_seeded_sampling_repeats_and_temperature_zero_is_greedy(chat, client):
     assert len({reply(seed=s, temperature=1.5) for s in range(5)}) > 1
     assert reply(temperature=0, seed=1) == reply(temperature=0, seed=2)
     assert chat.recent[-1][0].temperature == 0 and chat.recent[-1][0].max_tokens == 12
+    # greedy worked out without generate(): argmax of the next-token logits, one forward per token,
+    # until an end token or 12 tokens
+    import torch
+
+    ids, new = list(chat.prompt_ids(HI)), []
+    with torch.no_grad():
+        while len(new) < 12 and not (new and new[-1] in chat.eos_ids):
+            new.append(int(chat.model(torch.tensor([ids + new])).logits[0, -1].argmax()))
+    assert reply(temperature=0) == chat.tokenizer.decode(new, skip_special_tokens=True)
 
 
 @pytest.mark.parametrize("body, says", [
@@ -96,3 +105,20 @@ def test_the_openai_sdk_streams_and_reads_a_reply_over_a_socket(chat):
     assert text == whole.choices[0].message.content
     assert parts[-1].usage.completion_tokens == whole.usage.completion_tokens
     assert [p.choices[0].finish_reason for p in parts if p.choices][-1] == whole.choices[0].finish_reason
+
+
+def test_agentrl_serve_refuses_what_it_cannot_serve_in_one_line(chat, tmp_path, capsys):
+    """No model folder, a bad port, a model folder without its tokenizer: exit 2, one line (not a
+    traceback from transformers)."""
+    from agentrl.cli import main
+
+    no_tokenizer = tmp_path / "weights_only"
+    no_tokenizer.mkdir()
+    chat.model.config.to_json_file(no_tokenizer / "config.json")
+    cases = [([str(tmp_path / "missing")], "is not a model folder (no config.json)"),
+             ([str(no_tokenizer), "--port", "70000"], "--port must be in 0..65535"),
+             ([str(no_tokenizer)], "agentrl serve: ")]
+    for args, says in cases:
+        assert main(["serve", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("agentrl serve: ") and says in err[0], err

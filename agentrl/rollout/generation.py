@@ -189,18 +189,29 @@ def cut_rows(tokens: torch.Tensor, logps: torch.Tensor | None, eos_ids) -> tuple
     return ids, [row[:e] for row, e in zip(logps.tolist(), ends, strict=True)]
 
 
-def hf_generate_fn(model, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0,
-                   do_sample: bool = True, fingerprint_layer: int | None = None, top_p: float = 1.0):
-    """A ``generate`` callable for ``run_episodes`` using ``model.generate`` with left padding.
-
-    Returns completion ids up to and including the first EOS. With ``fingerprint_layer`` set it
-    returns a ``GenerateOutput`` carrying the prefill hidden state of each prompt.
-    """
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+def end_token_ids(model, tokenizer) -> set[int]:
+    """The tokens that end a turn: the tokenizer's end token and every one the model's generation
+    config names (instruct checkpoints list the chat template's end-of-turn token there)."""
     eos = model.generation_config.eos_token_id if model.generation_config is not None else None
     eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     if tokenizer.eos_token_id is not None:
         eos_ids.add(tokenizer.eos_token_id)
+    return eos_ids
+
+
+def hf_generate_fn(model, tokenizer, max_new_tokens: int = 32, temperature: float = 1.0,
+                   do_sample: bool = True, fingerprint_layer: int | None = None, top_p: float = 1.0,
+                   top_k: int | None = None):
+    """A ``generate`` callable for ``run_episodes`` using ``model.generate`` with left padding.
+
+    Returns completion ids up to and including the first EOS. With ``fingerprint_layer`` set it
+    returns a ``GenerateOutput`` carrying the prefill hidden state of each prompt. ``top_k``: None
+    leaves the generation config's (its default is 50); 0 turns top-k off.
+    """
+    eos_ids = end_token_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_id is None and eos_ids:  # generate() wants one even for a single unpadded row
+        pad_id = min(eos_ids)
 
     def generate(prompts: list[list[int]]):
         device = next(model.parameters()).device
@@ -208,8 +219,8 @@ def hf_generate_fn(model, tokenizer, max_new_tokens: int = 32, temperature: floa
         kw = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, pad_token_id=pad_id,
                   eos_token_id=sorted(eos_ids) or None)
         if do_sample:
-            kw.update(temperature=temperature, top_p=top_p)
-        else:
+            kw.update(temperature=temperature, top_p=top_p, **({} if top_k is None else {"top_k": top_k}))
+        else:  # the generation config may ask for sampling; greedy takes no knobs
             kw.update(temperature=None, top_p=None, top_k=None)
         was_training = model.training
         model.eval()
