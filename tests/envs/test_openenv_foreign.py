@@ -78,9 +78,9 @@ def dipg(tmp_path_factory):
             # directory, and two replicas starting at once race on creating the same tables
             home = work / f"replica-{port}"
             home.mkdir()
-            log = open(work / f"server-{port}.log", "w")  # noqa: SIM115 (the server writes it while it runs)
-            procs.append(subprocess.Popen([str(SERVER), "--port", str(port)], cwd=home, env=env,
-                                          stdout=log, stderr=subprocess.STDOUT))
+            with open(work / f"server-{port}.log", "w") as log:  # the child writes its own copy of the fd
+                procs.append(subprocess.Popen([str(SERVER), "--port", str(port)], cwd=home, env=env,
+                                              stdout=log, stderr=subprocess.STDOUT))
             urls.append(f"http://127.0.0.1:{port}")
         for url, proc in zip(urls, procs, strict=True):
             _wait(url, proc, work / f"server-{url.rsplit(':', 1)[1]}.log")
