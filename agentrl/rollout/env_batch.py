@@ -93,6 +93,33 @@ class InProcessEnvs:
                 out.append(_failure("step", e))
         return out
 
+    def snapshot_many(self, slots: list[int]) -> list[tuple[str, Any] | EnvFailure]:
+        """Each slot's (``resume_kind``, snapshot or None): optional, for a checkpoint of episodes in
+        flight (``agentrl.rollout.continuous``; the pools have it too)."""
+        out: list[tuple[str, Any] | EnvFailure] = []
+        for i in slots:
+            u = self.envs[i].unwrapped
+            kind = getattr(u, "resume_kind", "restart")
+            try:
+                out.append((kind, u.snapshot() if kind == "snapshot" else None))
+            except Exception as e:
+                out.append(_failure("snapshot", e))
+        return out
+
+    def restore_many(self, items: list[tuple[int, int | None, dict, Any]]) -> list[None | EnvFailure]:
+        """Reset each slot with (slot, seed, options, snapshot) and set the snapshot."""
+        from agentrl_envs.base import restore_in_flight
+
+        out: list[None | EnvFailure] = []
+        for i, seed, options, snap in items:
+            try:
+                self.envs[i].reset(seed=seed, options=options)
+                restore_in_flight(self.envs[i], snap)
+                out.append(None)
+            except Exception as e:
+                out.append(_failure("restore", e))
+        return out
+
     def user_prompt(self, i: int, obs: str, info: dict, history: list[tuple[str, str]], t: int, h: int) -> str:
         return user_prompt(self.envs[i].unwrapped, obs, info, history, t, h)
 

@@ -110,6 +110,22 @@ class SlotEnvs:
     def op_expert(self, slot: int) -> str | None:
         return self.envs[slot].unwrapped.expert_action()
 
+    def op_snapshot(self, slot: int) -> tuple[str, Any]:
+        """How the slot's episode in flight resumes (``TextEnv.resume_kind``; "restart" for an env
+        that does not say) and, for "snapshot", its state."""
+        u = self.envs[slot].unwrapped
+        kind = getattr(u, "resume_kind", "restart")
+        return kind, (u.snapshot() if kind == "snapshot" else None)
+
+    def op_restore(self, item: tuple[int, int | None, dict, Any]) -> None:
+        """Reset the slot with the episode's seed and options, then set its snapshot."""
+        from agentrl_envs.base import restore_in_flight
+
+        slot, seed, options, snap = item
+        env = self._make(slot)
+        env.reset(seed=seed, options=options)
+        restore_in_flight(env, snap)
+
     def op_close(self, slot: int) -> None:
         env = self.envs.pop(slot, None)
         if env is not None:
@@ -232,6 +248,17 @@ class WorkerEnvs:
         self._finalizer()
 
     # --- beyond the interface ----------------------------------------------------------------
+    def snapshot_many(self, slots: list[int]) -> list[tuple[str, Any] | EnvFailure]:
+        """Each slot's (resume kind, snapshot or None) for a checkpoint of the episodes in flight
+        (``agentrl.rollout.continuous``)."""
+        return self._run("snapshot", list(slots))
+
+    def restore_many(self, items: list[tuple[int, int | None, dict, Any]]) -> list[None | EnvFailure]:
+        """Reset each slot (``(slot, seed, options, snapshot)``) and set its snapshot."""
+        for slot, *_ in items:
+            self._lost.pop(slot, None)
+        return self._run("restore", [(s, seed, dict(o or {}), snap) for s, seed, o, snap in items])
+
     def step_many_start(self, items: list[tuple[int, str]]) -> None:
         """``step_many`` without waiting: the workers step while the caller does other work (e.g.
         generates for other slots); ``step_many_finish`` returns the results. One at a time, and
@@ -434,6 +461,12 @@ class LocalEnvs:
 
     def step_many(self, items):
         return self._do("step", [(s, str(r)) for s, r in items])
+
+    def snapshot_many(self, slots):
+        return self._do("snapshot", list(slots))
+
+    def restore_many(self, items):
+        return self._do("restore", [(s, seed, dict(o or {}), snap) for s, seed, o, snap in items])
 
     def step_many_start(self, items):
         """In this process there is no one to overlap with: the steps run here and now."""

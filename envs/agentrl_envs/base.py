@@ -95,6 +95,17 @@ def parse_reset_options(options: dict[str, Any] | None, splits, families, extra_
     return split_aliases.get(split, split), out
 
 
+def restore_in_flight(env, snap: dict[str, Any]) -> None:
+    """``env`` (``gym.make``'s wrappers around an env whose ``resume_kind`` is ``"snapshot"``), just
+    reset with the episode's seed and options, back to ``snap``: the env's state and the step
+    counts of its wrappers (``TimeLimit``), so the step limit falls where it would have."""
+    env.unwrapped.restore(snap)
+    while env is not None:
+        if hasattr(env, "_elapsed_steps"):
+            env._elapsed_steps = int(snap["steps"])
+        env = getattr(env, "env", None)
+
+
 class EnvContractError(TypeError):
     """A ``TextEnv`` subclass returned what its contract does not allow (``_reset_task``, ``_execute``):
     a bug in the env's code, said in one line, not an episode's bad luck."""
@@ -144,6 +155,34 @@ class TextEnv(gym.Env):
     def signatures(self, action: str | None) -> dict[str, str]:
         """Optional RTMC signatures: {"state_sig": ..., "action_sig": ...}."""
         return {}
+
+    # --- resuming an episode in flight (agentrl's lossless resume; docs/training.md) -------------
+    resume_kind = "replay"
+    """How a checkpoint resumes an episode of this env that was in flight: ``"snapshot"`` (``snapshot``
+    / ``restore`` below: the env's state saved and set again), ``"replay"`` (the default: a
+    ``reset`` with the episode's seed and options, then its responses stepped again; the TextEnv
+    contract makes both deterministic, and the resume checks the last observation), or
+    ``"restart"`` (neither holds: the episode is played again from its reset)."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state of the episode in progress (``resume_kind`` ``"snapshot"``): what ``restore``
+        needs on an env freshly reset with the episode's seed and options, picklable."""
+        return {"obs": self._obs, "task": self._task, "family": self._family, "won": self._won,
+                "steps": self._steps, "env": self._snapshot_state()}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Back to ``snap`` (from ``snapshot``); the env was just reset with the episode's seed and
+        options, so read-only task data (recipes, a game's layout) comes from that reset."""
+        self._obs, self._task, self._family = snap["obs"], snap["task"], snap["family"]
+        self._won, self._steps = bool(snap["won"]), int(snap["steps"])
+        self._restore_state(snap["env"])
+
+    def _snapshot_state(self) -> Any:
+        """A subclass's own mutable state (``resume_kind = "snapshot"`` envs implement both)."""
+        raise NotImplementedError(f"{type(self).__name__} has no snapshot (its resume_kind is {self.resume_kind!r})")
+
+    def _restore_state(self, state: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no snapshot (its resume_kind is {self.resume_kind!r})")
 
     def state_key(self) -> str | None:
         """The identity of the current state, equal exactly when the env's state is (two texts of

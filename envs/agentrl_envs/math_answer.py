@@ -55,6 +55,8 @@ class MathAnswerEnv(gym.Env):
     """One problem per episode, one graded answer (see the module docstring)."""
 
     metadata = {"render_modes": ["ansi"]}
+    resume_kind = "replay"
+    """An episode in flight has had no step yet (its one answer ends it): its seeded reset is all."""
 
     def __init__(self, tasks: list[str] | tuple[str, ...] = ("basic_arithmetic",), size: int = 200, seed: int = 0,
                  scale: str = "01", benchmarks: dict[str, dict] | None = None, render_mode: str | None = None):

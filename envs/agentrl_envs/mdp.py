@@ -410,6 +410,16 @@ class FiniteMDPEnv(TextEnv):
         self._family = "mdp"
         return f"reach a goal room of task {k}", self.mdp.render(self._s, self._rng), "mdp", {}
 
+    # resume: the state and the slip / text generator (its bit state) are the whole episode state
+    resume_kind = "snapshot"
+
+    def _snapshot_state(self) -> dict[str, Any]:
+        return {"s": self._s, "rng": self._rng.bit_generator.state}
+
+    def _restore_state(self, state: dict[str, Any]) -> None:
+        self._s = int(state["s"])
+        self._rng.bit_generator.state = state["rng"]
+
     def _execute(self, action: str):
         texts = self.mdp.action_text[self._s]
         if action not in texts:

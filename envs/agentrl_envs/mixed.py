@@ -26,7 +26,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-from agentrl_envs.base import MAX_ACTION, MAX_TEXT, PRINTABLE
+from agentrl_envs.base import MAX_ACTION, MAX_TEXT, PRINTABLE, restore_in_flight
 from agentrl_envs.prompts import turn_message, user_prompt
 
 ENTRY_KEYS = ("id", "weight", "kwargs", "options", "name")
@@ -113,6 +113,17 @@ class MixedEnv(gym.Env):
 
     def expert_action(self) -> str | None:
         return self.envs[self.current].unwrapped.expert_action()
+
+    # --- resume: the chosen env's way (TextEnv.resume_kind); another kind of env restarts ---------
+    @property
+    def resume_kind(self) -> str:
+        return getattr(self.envs[self.current].unwrapped, "resume_kind", "restart")
+
+    def snapshot(self):
+        return self.envs[self.current].unwrapped.snapshot()
+
+    def restore(self, snap) -> None:
+        restore_in_flight(self.envs[self.current], snap)
 
     def render(self):
         return self.envs[self.current].render()

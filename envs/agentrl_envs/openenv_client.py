@@ -210,6 +210,9 @@ class OpenEnvTextEnv(gym.Env):
     """One OpenEnv session as a gymnasium text env (module docstring)."""
 
     metadata = {"render_modes": ["ansi"]}
+    resume_kind = "restart"
+    """An episode in flight at a checkpoint is played again from its reset: the session's state lives
+    on the server, which gives no snapshot and need not step deterministically."""
 
     def __init__(self, url: str | list[str], history_length: int = 2, expert: bool = False, action_field: str | None = None,
                  action_format: str = "raw", observation_field: str | None = None,

@@ -334,6 +334,17 @@ class TextCraftEnv(TextEnv):
         obs = f"Crafting commands:\n{lines}\n\nGoal: craft {_name(goal)}."
         return task, obs, family, {"goal": _name(goal), "depth": R.goals[goal]}
 
+    # --- resume: the engine's inventory is the whole episode state (the goal, the recipes shown and
+    # the plan come from the reset with the episode's seed) ----------------------------------
+    resume_kind = "snapshot"
+
+    def _snapshot_state(self) -> dict[str, Any]:
+        return {"inventory": dict(self._engine.inventory), "plan_len": self._plan_len}
+
+    def _restore_state(self, state: dict[str, Any]) -> None:
+        self._engine.inventory = dict(state["inventory"])
+        self._plan_len = int(state["plan_len"])
+
     # --- step -----------------------------------------------------------------------------
     def _execute(self, action):
         cmd = normalize_command(action)

@@ -230,6 +230,22 @@ class ALFWorldEnv(TextEnv):
                 self._engines[kind] = TextWorldEngine("handcoded" if self.expert_type == "handcoded" else None)
         return self._engines[kind]
 
+    # --- resume: the native engine's fact set is its whole state; TextWorld's is replayed -----------
+    @property
+    def resume_kind(self) -> str:
+        from agentrl_envs.alfworld.native import NativeEngine
+
+        return "snapshot" if isinstance(self._eng, NativeEngine) else "replay"
+
+    def _snapshot_state(self) -> dict:
+        return {"engine": self._eng.state(), "plan": None if self._plan is None else list(self._plan),
+                "last_valid": self._last_valid, "done": list(self._done)}
+
+    def _restore_state(self, state: dict) -> None:
+        self._eng.set_state(state["engine"])
+        self._plan = None if state["plan"] is None else list(state["plan"])
+        self._last_valid, self._done = bool(state["last_valid"]), list(state["done"])
+
     def _execute(self, action):
         if not self._started:
             raise RuntimeError("call reset() before step()")

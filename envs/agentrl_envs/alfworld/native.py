@@ -96,14 +96,29 @@ class NativeEngine:
         if g is None:
             raise RuntimeError("load a game before reset()")
         self.facts = defaultdict(set, {p: set(v) for p, v in g.init.items()})
+        self._index()
+        self.feedback = f"{WELCOME}\n\n{self._look(bound=False)}\n\nYour task is to: {g.task}."
+        self._refresh()
+
+    def _index(self) -> None:
+        """The lookups the listing rules read, built from the facts."""
         self._inrec, self._onfloor = defaultdict(set), defaultdict(set)
         for o, r in self.facts["inreceptacle"]:
             self._inrec[r].add(o)
         for o, loc in self.facts["objectatlocation"]:
             self._onfloor[loc].add(o)
-        self._held = {o for a, o in self.facts["holds"] if a == g.agent}
+        self._held = {o for a, o in self.facts["holds"] if a == self.game.agent}
         self._loc = self._agent_location()
-        self.feedback = f"{WELCOME}\n\n{self._look(bound=False)}\n\nYour task is to: {g.task}."
+
+    def state(self) -> dict:
+        """The game's state in progress (the fact set and the last feedback), for a snapshot."""
+        return {"facts": {p: set(v) for p, v in self.facts.items()}, "feedback": self.feedback}
+
+    def set_state(self, state: dict) -> None:
+        """Back to ``state`` (from ``state()``) in the loaded game."""
+        self.facts = defaultdict(set, {p: set(v) for p, v in state["facts"].items()})
+        self._index()
+        self.feedback = state["feedback"]
         self._refresh()
 
     def step(self, command: str) -> None:
