@@ -15,24 +15,84 @@ episodes live in a scheduler that outlives any one iteration:
   nothing is dropped; ``close()`` returns the unfinished ones.
 
 Each generated turn records the version that drew it (``GenerateOutput.version``, else
-``version()`` at the tick): a group's episodes may span versions. With the HF engine a tick is
-one batched generate (per-tick batches); env steps do not overlap the generate of the same tick
-(a pool takes no other call while a ``step_many_start`` is in flight, and the next tick's prompts
-need the env's prompt builders). Framework-free, like ``run_episodes``.
+``version()`` at the tick): a group's episodes may span versions. Framework-free, like
+``run_episodes``. Two ways to generate:
+
+* **per-tick batches** (``generate``; the HF engine): a tick's generate covers every episode whose
+  env step has returned; env steps do not overlap the generate of the same tick (a pool takes no
+  other call while a ``step_many_start`` is in flight, and the next tick's prompts need the env's
+  prompt builders);
+* **requests** (``requests``: an engine that generates while this process does other work, vLLM's
+  continuous batching, ``agentrl.sampling.Engine.submit`` / ``poll``): a tick submits the next
+  turn of every episode whose env step has returned, as one request each, then polls; the
+  requests that finished have their envs stepped (one ``step_many``: in the pool's workers when
+  there are some, else here) while the others go on generating in the engine, and their next turns
+  are submitted at the next tick. An episode never waits for another's turn. Each request is keyed
+  by its episode and turn (``request_key``), not by the tick, and records the version the engine
+  says drew it (``Finished.version``).
+
+Fingerprints that are computed after generation (``settings.fingerprints_after``) are filled when
+a group completes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pickle
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from agentrl.rollout.env_batch import EnvBatch, EnvFailure
 from agentrl.rollout.episode import Episode, Slot
 from agentrl.rollout.episodes import GenerateFn, RolloutTiming, _Rollout, _TimedEnvs
+from agentrl.rollout.prompts import cut_at_stop
 from agentrl.rollout.settings import RolloutSettings
+from agentrl.sampling.keys import sampling_seed
+from agentrl.sampling.spec import Finished, SamplingSpec
+
+POLL_S = 0.5
+"""The longest a tick waits for a request to finish (the caller's loop then sees its messages)."""
+
+
+def request_key(traj_id: str) -> int:
+    """A stable non-negative integer of an episode's id: with the turn, a request's key (the same
+    episode's turn t is keyed the same way in any process, before and after a resume)."""
+    return int.from_bytes(hashlib.blake2b(traj_id.encode(), digest_size=8).digest(), "big")
+
+
+class TurnRequests(Protocol):
+    """Turns as requests that finish on their own (``ContinuousPlay``'s ``requests``)."""
+
+    def submit(self, prompts: list[list[int]], keys: list[tuple[int, ...]]) -> list[int]:
+        """Start one request per prompt, keyed by ``keys`` (episode, turn); their ids."""
+        ...
+
+    def poll(self, timeout: float | None) -> list[Finished]:
+        """The requests finished since the last poll (waiting up to ``timeout`` s for one)."""
+        ...
+
+
+class EngineRequests:
+    """``TurnRequests`` over an ``agentrl.sampling.Engine``: every request under ``spec``, its
+    sampling seed ``sampling_seed(seed, *key)``."""
+
+    def __init__(self, engine, spec: SamplingSpec, seed: int = 0):
+        self.engine, self.spec, self.seed = engine, spec, int(seed)
+
+    def submit(self, prompts: list[list[int]], keys: list[tuple[int, ...]]) -> list[int]:
+        return self.engine.submit(prompts, self.spec, [sampling_seed(self.seed, *k) for k in keys])
+
+    def poll(self, timeout: float | None) -> list[Finished]:
+        return self.engine.poll(timeout)
+
+    def abort(self) -> None:
+        if hasattr(self.engine, "abort"):
+            self.engine.abort()
+        else:  # an engine whose queue only runs when polled: drain it
+            self.engine.poll(0.0)
 
 
 class ContinuousPlay(_Rollout):
@@ -50,10 +110,14 @@ class ContinuousPlay(_Rollout):
 
     def __init__(self, generate: GenerateFn, tokenizer, settings: RolloutSettings, envs: EnvBatch, slots: int,
                  version: Callable[[], int] | None = None, before_tick: Callable[[], None] | None = None,
-                 timing: RolloutTiming | None = None):
+                 timing: RolloutTiming | None = None, requests: TurnRequests | None = None):
         timing = timing if timing is not None else RolloutTiming()
         super().__init__([], generate, tokenizer, settings, _TimedEnvs(envs, timing), timing)
         self.version_of, self.before_tick = version, before_tick
+        self.requests = requests
+        """Where turns are submitted as requests that finish on their own (None: per-tick batches)."""
+        self.waiting: dict[int, Slot] = {}
+        """Request id -> the slot whose turn it generates (the request path)."""
         self.free = list(range(slots))
         """Env slots without an episode."""
         self.queue: deque[dict[str, Any]] = deque()
@@ -110,6 +174,9 @@ class ContinuousPlay(_Rollout):
         """Stop: the tasks of every group not complete (their episodes so far are dropped here, so the
         caller can submit them again; none is lost silently), then the complete groups not taken are
         still in ``complete``."""
+        if self.waiting and self.requests is not None and hasattr(self.requests, "abort"):
+            self.requests.abort()  # their episodes are returned as tasks below: the turns are not needed
+        self.waiting.clear()
         left = sorted(set(self.size))
         tasks = [t for t in self.queue] + [self._task_of(s) for s in self.slots]
         tasks += [self._task_of_ep(ep) for g in left for _, ep in self.ended.get(g, [])]
@@ -124,6 +191,11 @@ class ContinuousPlay(_Rollout):
         self._admit()
         if self.before_tick is not None:
             self.before_tick()
+        if self.requests is not None:
+            self._request_turns()
+            self._leave()
+            self.ticks += 1
+            return
         ready = self._prompts()
         if ready:
             comps, fps, lps = self._generate(ready, len(ready))
@@ -154,14 +226,50 @@ class ContinuousPlay(_Rollout):
                 s.ep.task_family = s.info.get("task_family")
         self.context.after_reset(self.envs, [s for s in new if s.active])
 
+    def _request_turns(self) -> None:
+        """The request path (module docstring): the next turn of every episode not waiting for one
+        submitted, then the requests finished by now (waiting up to ``POLL_S`` for one) stepped."""
+        busy = {id(w) for w in self.waiting.values()}
+        ready = self._prompts([s for s in self.slots if id(s) not in busy])
+        t0 = time.perf_counter()
+        if ready:
+            ids = self.requests.submit([s.prompt for s in ready], [(request_key(s.ep.traj_id), s.turns) for s in ready])
+            self.waiting.update(zip(ids, ready, strict=True))
+            self.timing.turns += 1
+        done = self.requests.poll(POLL_S) if self.waiting else []
+        self.timing.generate_s += time.perf_counter() - t0
+        if done:
+            self._step_finished(done)
+
+    def _step_finished(self, done: list[Finished]) -> None:
+        """One step_many over the envs of the finished requests (the others still generate), each
+        result applied with its request's tokens, log-probs and version (as ``_generate`` and
+        ``_step`` do for a tick's batch)."""
+        slots = [self.waiting.pop(f.request_id) for f in done]
+        comps = [list(f.completion_ids) for f in done]
+        if self.settings.stop_strings:
+            comps = [cut_at_stop(c, self.tokenizer, self.settings.stop_strings) for c in comps]
+        lps = [list(f.logprobs[:len(c)]) for f, c in zip(done, comps, strict=True)]
+        now = self.version_of() if self.version_of is not None else None
+        versions = [now if f.version is None else f.version for f in done]
+        responses = [self.context.response_text(s, c) for s, c in zip(slots, comps, strict=True)]
+        results = self.envs.step_many([(s.i, r) for s, r in zip(slots, responses, strict=True)])
+        for j, (s, res) in enumerate(zip(slots, results, strict=True)):
+            if isinstance(res, EnvFailure):
+                self._end(s, truncated=True, error=res.reason)
+            else:
+                self._apply(s, comps[j], lps[j], None, responses[j], res, versions[j])
+
     def _leave(self) -> None:
-        """Ended episodes free their slots; a group whose episodes have all ended is complete."""
+        """Ended episodes free their slots; a group whose episodes have all ended is complete (its
+        fingerprints filled first, where they come after generation)."""
         for s in [s for s in self.slots if not s.active]:
             self.slots.remove(s)
             self.free.append(s.i)
             g = s.ep.group_id
             self.ended.setdefault(g, []).append((self.order[s.ep.traj_id], s.ep))
             if len(self.ended[g]) == self.size[g]:
+                self._fingerprints_after()
                 self.complete.append([ep for _, ep in sorted(self.ended.pop(g), key=lambda x: x[0])])
                 del self.size[g]
 

@@ -10,6 +10,11 @@ their processed log-probs handed over as they are drawn (a stopping criterion re
 scores ``generate`` keeps; it also stops the call when the reader has gone), at most
 ``STREAM_AHEAD`` steps ahead of the reader.
 
+Requests (``HFEngine.submit`` / ``poll``): the ``Engine`` protocol's non-blocking path, kept simple
+here: ``submit`` queues, ``poll`` runs one batched ``generate`` over what is queued (one per spec)
+and returns all of it. Nothing generates between polls (one process, one model), so a caller gains
+no overlap from it; it lets code written for vLLM's continuous batching run on HF unchanged.
+
 Behaviour log-probs: the log-prob of each sampled token under the distribution ``generate`` drew
 it from, i.e. after every logits processor (repetition penalty, temperature, top-k, top-p, min-p):
 the ``scores`` that ``generate(output_scores=True, return_dict_in_generate=True)`` returns are
@@ -32,8 +37,8 @@ from typing import Any
 
 import torch
 
-from agentrl.sampling.keys import keyed_rng
-from agentrl.sampling.spec import SamplingSpec
+from agentrl.sampling.keys import keyed_rng, sampling_seed
+from agentrl.sampling.spec import Finished, SamplingSpec
 
 
 def left_pad(prompts: list[list[int]], pad_id: int, device,
@@ -106,6 +111,16 @@ def cut_rows(tokens: torch.Tensor, logps: torch.Tensor | None, eos_ids) -> tuple
     return ids, [row[:e] for row, e in zip(logps.tolist(), ends, strict=True)]
 
 
+def batch_seed(seeds: list[int | None]) -> int | None:
+    """The key of one batched call over requests keyed ``seeds``: derived from all of them in
+    order (the same requests batched the same way draw the same tokens), None when any is None.
+    One generator draws for the whole batch, so a request's tokens depend on its batch, not on its
+    key alone (vLLM's per-request generators do not)."""
+    if not seeds or any(s is None for s in seeds):
+        return None
+    return sampling_seed(*seeds)
+
+
 def pad_id_of(tokenizer, spec: SamplingSpec) -> int | None:
     """The padding id: the tokenizer's, else its end token, else the smallest end token
     (``generate`` wants one even for a single unpadded row)."""
@@ -142,6 +157,9 @@ class HFEngine:
         """Engine settings beside the spec (transformers' ``cache_implementation``, ...)."""
         self.context = context or nullcontext
         """Entered around each call (a capture hook, autocast)."""
+        self._queued: list[tuple[int, list[int], SamplingSpec, int | None]] = []
+        """Submitted requests not generated yet: (id, prompt, spec, seed)."""
+        self._next_id = 0
 
     @classmethod
     def of(cls, model, tokenizer, spec: SamplingSpec, **kw: Any) -> HFEngine:
@@ -152,6 +170,31 @@ class HFEngine:
         """The call of ``generate``, step by step (``hf_stream``), in eval mode."""
         self.model.eval()
         return hf_stream(self.model, prompts, spec, self.pad_id, seed, top_logprobs)
+
+    def submit(self, prompts: list[list[int]], spec: SamplingSpec, seeds: list[int | None] | None = None) -> list[int]:
+        """Queue the prompts (nothing generates until ``poll``); their request ids."""
+        ids = list(range(self._next_id, self._next_id + len(prompts)))
+        self._next_id += len(prompts)
+        seeds = list(seeds) if seeds is not None else [None] * len(prompts)
+        if len(seeds) != len(prompts):
+            raise ValueError(f"submit: {len(seeds)} seeds for {len(prompts)} prompts")
+        self._queued += [(i, list(p), spec, s) for i, p, s in zip(ids, prompts, seeds, strict=True)]
+        return ids
+
+    def poll(self, timeout: float | None = 0.0) -> list[Finished]:
+        """Every queued request, generated now: one batched ``generate`` per distinct spec, in
+        submission order, keyed by ``batch_seed`` of its requests' keys (``timeout`` does not
+        apply: the call returns when they are done)."""
+        queued, self._queued = self._queued, []
+        out: list[Finished] = []
+        for spec in dict.fromkeys(q[2] for q in queued):
+            batch = [q for q in queued if q[2] == spec]
+            ids, logps = self.generate([q[1] for q in batch], spec, batch_seed([q[3] for q in batch]))
+            out += [Finished(q[0], c, lp) for q, c, lp in zip(batch, ids, logps, strict=True)]
+        return out
+
+    def unfinished(self) -> int:
+        return len(self._queued)
 
     def generate(self, prompts: list[list[int]], spec: SamplingSpec,
                  seed: int | None = None) -> tuple[list[list[int]], list[list[float]]]:

@@ -77,9 +77,28 @@ def end_token_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
+@dataclass(frozen=True)
+class Finished:
+    """One submitted request's completion (``Engine.poll``)."""
+
+    request_id: int
+    completion_ids: list[int]
+    """Cut after the first of the spec's end tokens (inclusive), as ``generate``'s."""
+    logprobs: list[float]
+    """Each token's log-prob under the processed distribution it was drawn from (NaN: unscored)."""
+    version: int | None = None
+    """The version of the weights that drew every token of it, where the engine knows
+    (``VLLMEngine``: weights load only while no request is in flight); None: the caller's."""
+
+
 @runtime_checkable
 class Engine(Protocol):
-    """What generates: an HF model (``agentrl.sampling.hf.HFEngine``) or vLLM."""
+    """What generates: an HF model (``agentrl.sampling.hf.HFEngine``) or vLLM.
+
+    Two paths: ``generate`` blocks for a batch; ``submit`` + ``poll`` let requests finish on their
+    own (continuous batching in vLLM; HF runs one batched generate over what is queued when
+    polled), so a caller can step the env of a finished request while the others generate.
+    """
 
     def generate(self, prompts: list[list[int]], spec: SamplingSpec,
                  seed: int | None) -> tuple[list[list[int]], list[list[float]]]:
@@ -89,4 +108,19 @@ class Engine(Protocol):
         top-p, min-p applied and renormalised; NaN where the engine cannot score one). ``seed``:
         the call's sampling key (``agentrl.sampling.keys``): the same key and weights give the same
         tokens; None draws from the process's random state."""
+        ...
+
+    def submit(self, prompts: list[list[int]], spec: SamplingSpec, seeds: list[int | None] | None = None) -> list[int]:
+        """Start one request per prompt without waiting for it; the requests' ids. ``seeds``: each
+        request's sampling key (``agentrl.sampling.keys``; None: the process's random state)."""
+        ...
+
+    def poll(self, timeout: float | None = 0.0) -> list[Finished]:
+        """The submitted requests that finished since the last poll, in no fixed order; while
+        requests are in flight and none has finished, wait up to ``timeout`` seconds for one
+        (None: until one finishes)."""
+        ...
+
+    def unfinished(self) -> int:
+        """Requests submitted and not yet returned by ``poll``."""
         ...

@@ -13,6 +13,15 @@ sampling settings, floats and a file name cross it.
   top-k, top-p, renormalised), the distribution it was drawn from, as the HF engine's are. A seed
   gives each prompt its own key (``sampling_seed(seed, i)``): the same seed and weights give the
   same tokens; vLLM's random stream is its own, so the tokens are not the HF engine's.
+* ``submit(prompts, spec, seeds)`` / ``poll(timeout)``: the protocol's non-blocking path, vLLM's
+  continuous batching. The server adds each request to its engine and steps the engine whenever
+  no message waits, so requests generate while this process does other work (an env step) and each
+  finishes on its own; ``poll`` returns the finished ones (``Finished``), each tagged with the
+  version loaded when it was submitted. Each request's seed is its own generator in vLLM, so a
+  request's random draws follow its key whatever it is batched with; its logits may still differ
+  in the last bits with the batch around it (other kernels' shapes), so a token near a tie can
+  differ: keyed, not keyed-exact across batchings. ``load_weights`` and ``generate`` wait for no
+  request in flight (the server refuses them otherwise): a caller drains first.
 * ``load_weights(state_dict, version)``: the learner's full weights (HF names; a LoRA policy's
   merged into its base, ``merged_state_dict``) written once to a safetensors file in shared memory
   and loaded in place by the model's own ``load_weights``; ``version`` is what was loaded last.
@@ -30,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.sampling.keys import sampling_seed
-from agentrl.sampling.spec import SamplingSpec
+from agentrl.sampling.spec import Finished, SamplingSpec
 
 SERVER = Path(__file__).with_name("vllm_server.py")
 VENV_ENV = "AGENTRL_VLLM_VENV"
@@ -145,6 +154,9 @@ class VLLMEngine:
         self._env = env
         self.info: dict[str, Any] = {}
         """What the server said when it was ready (its vLLM version, its pid)."""
+        self._ends: dict[int, tuple[int, ...]] = {}
+        """Submitted requests in flight: id -> their spec's end tokens."""
+        self._next_id = 0
         if not lazy:
             self.start()
 
@@ -219,6 +231,40 @@ class VLLMEngine:
         ids, logps = self._ask("generate", [list(map(int, p)) for p in prompts], sampling_params(spec), seeds)
         cut = [cut_after_end(i, lp, spec.end_token_ids) for i, lp in zip(ids, logps, strict=True)]
         return [c[0] for c in cut], [[math.nan if x is None else x for x in c[1]] for c in cut]
+
+    def submit(self, prompts: list[list[int]], spec: SamplingSpec, seeds: list[int | None] | None = None) -> list[int]:
+        """Add one request per prompt to the engine (non-blocking); their ids (module docstring)."""
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"submit: {len(seeds)} seeds for {len(prompts)} prompts")
+        ids = list(range(self._next_id, self._next_id + len(prompts)))
+        self._next_id += len(prompts)
+        if prompts:
+            self._ask("submit", ids, [list(map(int, p)) for p in prompts], sampling_params(spec),
+                      None if seeds is None else [None if x is None else int(x) for x in seeds])
+            self._ends.update((i, spec.end_token_ids) for i in ids)
+        return ids
+
+    def poll(self, timeout: float | None = 0.0) -> list[Finished]:
+        """The submitted requests finished since the last poll (module docstring)."""
+        if not self._ends:
+            return []
+        out = []
+        for i, ids, logps, version in self._ask("poll", timeout):
+            if i not in self._ends:
+                continue  # aborted
+            c, lp = cut_after_end(ids, logps, self._ends.pop(i))
+            out.append(Finished(i, c, [math.nan if x is None else x for x in lp], version))
+        return out
+
+    def unfinished(self) -> int:
+        return len(self._ends)
+
+    def abort(self) -> int:
+        """Drop every submitted request still in flight (their results never come); their number."""
+        if not self._ends or self._conn is None:
+            return 0
+        self._ends.clear()
+        return self._ask("abort", None)
 
     def load_weights(self, state_dict: dict[str, Any], version: int) -> int:
         """The learner's weights (a full state dict, HF names) loaded in place as ``version``;

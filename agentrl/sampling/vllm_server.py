@@ -14,10 +14,22 @@ once the model is loaded (or ``("error", text)``), then answers each request wit
     sampled token's log-prob under the processed distribution (``logprobs_mode='processed_logprobs'``:
     after temperature, min-p, top-k, top-p); ``params`` are ``vllm.SamplingParams`` keywords,
     ``seeds`` one per prompt (or None).
+``("submit", ids, prompts, params, seeds)``  requests added to the engine without waiting (ids:
+    the client's integers); the engine steps them between messages, so they generate while the
+    client does other work, each finishing on its own (continuous batching). Answers None.
+``("poll", timeout)``  the submitted requests finished since the last poll: (id, ids, log-probs,
+    version at submission) each; while some are in flight and none has finished, the answer waits
+    for one, up to ``timeout`` seconds (None: no limit).
+``("abort", ids)``  the submitted requests ``ids`` dropped, in flight or finished and not polled
+    (None: all of them); the number that were in flight.
 ``("load", path, version)``  the weights in the safetensors file ``path`` (HF parameter names, the
     whole model) loaded in place through the model's own ``load_weights``; the version is recorded.
 ``("version",)``  the version of the weights loaded last (None: the checkpoint's own).
 ``("stop",)``  the server exits (without an answer).
+
+A blocking ``generate`` and a ``load`` are refused while submitted requests are in flight: the
+one would step them and drop their outputs, the other would change the weights under tokens
+already drawn (a request's tokens are then all of one version, the one it records).
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the model is then
 reachable for ``load_weights``, and nothing is spawned.
@@ -55,30 +67,81 @@ def _engine(args: argparse.Namespace):
                logprobs_mode="processed_logprobs")
 
 
+def _completion(output) -> tuple[list[int], list[float]]:
+    """A finished ``RequestOutput``'s token ids and their log-probs."""
+    c = output.outputs[0]
+    # logprobs=0: each position's dict holds the sampled token (and nothing else)
+    logps = [float(d[t].logprob) if d and t in d else float("nan")
+             for t, d in zip(c.token_ids, c.logprobs or [None] * len(c.token_ids), strict=True)]
+    return list(c.token_ids), logps
+
+
 class Server:
     """The requests' handlers over one loaded engine (module docstring)."""
 
     def __init__(self, llm):
         self.llm = llm
         self.version: int | None = None
+        self.running: dict[str, int | None] = {}
+        """Submitted requests in flight: vLLM's request id -> the version loaded at submission."""
+        self.done: list[tuple[int, list[int], list[float], int | None]] = []
+        """Finished requests not yet polled."""
+
+    def _idle(self, what: str) -> None:
+        if self.running:
+            raise ValueError(f"{what} while {len(self.running)} submitted requests are in flight (poll them first)")
 
     def generate(self, prompts: list[list[int]], params: dict, seeds: list[int] | None):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        self._idle("a blocking generate")
         sps = [SamplingParams(**params, seed=None if seeds is None else seeds[i]) for i in range(len(prompts))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sps, use_tqdm=False)
-        ids, logps = [], []
-        for o in outs:
-            c = o.outputs[0]
-            ids.append(list(c.token_ids))
-            # logprobs=0: each position's dict holds the sampled token (and nothing else)
-            logps.append([float(d[t].logprob) if d and t in d else float("nan")
-                          for t, d in zip(c.token_ids, c.logprobs or [None] * len(c.token_ids), strict=True)])
-        return ids, logps
+        done = [_completion(o) for o in outs]
+        return [d[0] for d in done], [d[1] for d in done]
+
+    # ------------------------------------------------------------------ continuous batching
+    def submit(self, ids: list[int], prompts: list[list[int]], params: dict, seeds: list[int | None] | None) -> None:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        for j, (i, p) in enumerate(zip(ids, prompts, strict=True)):
+            rid = f"agentrl-{int(i)}"
+            if rid in self.running:
+                raise ValueError(f"request {i} is already in flight")
+            # FINAL_ONLY: step() reports a request once, when it has finished
+            sp = SamplingParams(**params, seed=None if seeds is None else seeds[j],
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+            self.llm.llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(p)), sp)
+            self.running[rid] = self.version
+
+    def step(self) -> None:
+        """One engine step over the requests in flight; the finished ones move to ``done``."""
+        for o in self.llm.llm_engine.step():
+            if o.finished and o.request_id in self.running:
+                ids, logps = _completion(o)
+                self.done.append((int(o.request_id.rsplit("-", 1)[1]), ids, logps, self.running.pop(o.request_id)))
+
+    def take(self) -> list[tuple[int, list[int], list[float], int | None]]:
+        done, self.done = self.done, []
+        return done
+
+    def abort(self, ids: list[int] | None) -> int:
+        rids = list(self.running) if ids is None else [f"agentrl-{int(i)}" for i in ids if f"agentrl-{int(i)}" in self.running]
+        if rids:
+            self.llm.llm_engine.abort_request(rids)
+        for r in rids:
+            del self.running[r]
+        # finished and not polled: dropped too (the client has forgotten them)
+        self.done = [d for d in self.done if ids is not None and d[0] not in set(map(int, ids))]
+        return len(rids)
 
     def load(self, path: str, version: int) -> int:
         from safetensors.torch import load_file
+
+        self._idle("a weight load")
 
         weights = load_file(path)
         # the worker's in-place reload, not the model's bare load_weights: on the CPU the linear
@@ -97,6 +160,10 @@ class Server:
         kind = msg[0]
         if kind == "generate":
             return self.generate(*msg[1:])
+        if kind == "submit":
+            return self.submit(*msg[1:])
+        if kind == "abort":
+            return self.abort(*msg[1:])
         if kind == "load":
             return self.load(*msg[1:])
         if kind == "version":
@@ -143,17 +210,45 @@ def main(argv: list[str] | None = None) -> int:
         import vllm
 
         conn.send(("ready", {"vllm": vllm.__version__, "pid": os.getpid()}))
-        while True:
+        return _serve(server, conn)
+
+
+def _serve(server: Server, conn) -> int:
+    """Answer requests; between them, step the submitted requests in flight (module docstring).
+    A poll that must wait is answered after the step that finishes a request (or at its deadline)."""
+    import time
+
+    poll_until: float | None = None  # a poll not answered yet: its deadline
+    failed: str | None = None  # a step that raised: the answer to the next request (or waiting poll)
+    while True:
+        if poll_until is not None and (failed or server.done or not server.running or time.monotonic() >= poll_until):
+            conn.send(("error", failed) if failed else ("ok", server.take()))
+            poll_until = failed = None
+            continue
+        if server.running and not failed and (poll_until is not None or not conn.poll(0)):
             try:
-                msg = conn.recv()
-            except EOFError:  # the client is gone
-                return 0
-            if msg[0] == "stop":  # no answer: the client has closed its end
-                return 0
-            try:
-                conn.send(("ok", server.handle(msg)))
+                server.step()
             except Exception:
-                conn.send(("error", traceback.format_exc(limit=6)))
+                failed = traceback.format_exc(limit=6)
+            continue
+        try:
+            msg = conn.recv()
+        except EOFError:  # the client is gone
+            return 0
+        if msg[0] == "stop":  # no answer: the client has closed its end
+            return 0
+        if failed:
+            conn.send(("error", failed))
+            failed = None
+            continue
+        if msg[0] == "poll":
+            timeout = msg[1]
+            poll_until = time.monotonic() + (float("inf") if timeout is None else max(0.0, float(timeout)))
+            continue
+        try:
+            conn.send(("ok", server.handle(msg)))
+        except Exception:
+            conn.send(("error", traceback.format_exc(limit=6)))
 
 
 if __name__ == "__main__":

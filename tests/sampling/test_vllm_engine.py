@@ -18,8 +18,10 @@ import pytest
 import torch
 
 from agentrl.sampling import HFEngine, SamplingSpec, processed_logprobs
+from agentrl.sampling.keys import sampling_seed
 from agentrl.sampling.vllm_engine import (
     VLLMEngine,
+    VLLMError,
     merged_state_dict,
     sampling_params,
     vllm_python,
@@ -151,3 +153,91 @@ def test_merged_state_dict_folds_a_lora_adapter_in(model_dir):
     assert torch.allclose(merged[q] - base[q], torch.full_like(base[q], 0.02), atol=1e-6)
     k = "model.layers.0.self_attn.k_proj.weight"
     assert torch.equal(merged[k], base[k]) and not math.isnan(float(merged[q].sum()))
+
+
+# ---------------------------------------------------------------------- requests (continuous batching)
+def _drain(engine, n: int) -> list:
+    """Poll until ``n`` requests have come back, each poll's batch in order."""
+    polls = []
+    while sum(len(p) for p in polls) < n:
+        polls.append(engine.poll(timeout=None))
+    return polls
+
+
+def test_requests_finish_on_their_own_and_follow_their_keys(engine, model_dir):
+    engine.load_weights(_hf(model_dir).state_dict(), version=5)
+    long = SamplingSpec(max_new_tokens=48)  # no end token: all 48 tokens
+    short = SamplingSpec(max_new_tokens=2)
+    a = engine.submit(PROMPTS[:2], long, seeds=[11, 12])
+    b = engine.submit(PROMPTS[2:], short, seeds=[13, 14])
+    assert engine.unfinished() == 4
+    # a weight load under requests in flight is refused (their tokens would mix two versions)
+    with pytest.raises(VLLMError, match="in flight"):
+        engine.load_weights(_hf(model_dir).state_dict(), version=6)
+    polls = _drain(engine, 4)
+    # submitted after the long ones, the short ones come back first, while the long ones generate
+    assert sorted(f.request_id for f in polls[0]) == b
+    done = {f.request_id: f for p in polls for f in p}
+    assert [len(done[i].completion_ids) for i in a + b] == [48, 48, 2, 2]
+    assert all(f.version == 5 for f in done.values()) and engine.unfinished() == 0 and engine.poll() == []
+    # a request's draws follow its key, not its batch: alone, the first long request gives the
+    # same tokens (vLLM: one generator per request); the blocking call keys prompt i by
+    # sampling_seed(seed, i), and a request with that key draws what it draws
+    (alone,) = engine.submit(PROMPTS[:1], long, seeds=[11])
+    (again,) = _drain(engine, 1)[0]
+    assert again.request_id == alone and again.completion_ids == done[a[0]].completion_ids
+    assert max(abs(x - y) for x, y in zip(again.logprobs, done[a[0]].logprobs, strict=True)) < 1e-5
+    ids, _ = engine.generate(PROMPTS[:2], short, seed=9)
+    engine.submit(PROMPTS[1:2], short, seeds=[sampling_seed(9, 1)])
+    assert _drain(engine, 1)[0][0].completion_ids == ids[1]
+
+
+def test_continuous_play_on_vllm_requests(engine, model_dir):
+    # episodes of 5, 1 and 2 turns in 4 slots (the counting env with a length per task): each
+    # turn a request of its own; the short groups end first, the second one in the slots the
+    # first freed, while the long episodes go on; every turn records vLLM's tokens, their
+    # processed log-probs and the version the engine held
+    from transformers import AutoTokenizer
+
+    import tests.trainer.count_env  # noqa: F401  (registers agentrl-test/Count-v0)
+    from agentrl.rollout import RolloutSettings
+    from agentrl.rollout.continuous import ContinuousPlay, EngineRequests, request_key
+    from agentrl.rollout.env_pool import LocalEnvs
+
+    class Recorded(EngineRequests):
+        sent: dict = {}
+
+        def submit(self, prompts, keys):
+            ids = super().submit(prompts, keys)
+            self.sent.update(zip(keys, prompts, strict=True))
+            return ids
+
+    engine.load_weights(_nudged(_hf(model_dir), seed=4).state_dict(), version=8)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    spec = SamplingSpec(temperature=0.9, max_new_tokens=6, end_token_ids=(tok.eos_token_id,))
+    envs = LocalEnvs("agentrl-test/Count-v0", {}, 4)
+    requests = Recorded(engine, spec, seed=2)
+    play = ContinuousPlay(None, tok, RolloutSettings("agentrl-test/Count-v0", max_turns=8, max_prompt_tokens=100_000),
+                          envs, 4, requests=requests)
+    lengths = {"long": 5, "short": 1, "short2": 2}
+    try:
+        play.submit([{"seed": 0, "options": {"length": n, "parity": True}, "group_id": g}
+                     for g, n in lengths.items() for _ in range(2)])
+        groups = play.take(3)
+    finally:
+        envs.close()
+    assert [g[0].group_id for g in groups] == ["short", "short2", "long"]
+    eps = {ep.traj_id: ep for g in groups for ep in g}
+    for ep in eps.values():
+        assert ep.length == lengths[ep.group_id] and ep.error is None
+        for r in ep.steps:
+            assert r.action_token_ids and len(r.behaviour_logps) == len(r.action_token_ids)
+            assert all(math.isfinite(x) and x <= 0 for x in r.behaviour_logps)
+            assert r.policy_version == 8
+        assert ep.tokens.completion_ids == [r.action_token_ids for r in ep.steps]
+    assert engine.unfinished() == 0 and not play.waiting and len(requests.sent) == 2 * (5 + 1 + 2)
+    # keyed by (episode, turn): a turn of a long episode, submitted alone with its key, draws the
+    # tokens it drew among the others
+    key = (request_key("long/1"), 3)
+    engine.submit([requests.sent[key]], spec, seeds=[sampling_seed(2, *key)])
+    assert _drain(engine, 1)[0][0].completion_ids == eps["long/1"].steps[3].action_token_ids
