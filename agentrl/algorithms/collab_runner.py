@@ -80,11 +80,11 @@ class CollabRunner(UpdateRunner):
         n_max = lr.max_over_ranks(max(len(r) for r in groups))
         return self.role_steps.balance(groups, n_max, lr.config.max_rows_per_rank, self.pad_id(), lr.row_rng())
 
-    def micro_batches(self, batch, mode):
+    def micro_batches(self, batch, mode, *, by_length, generator):
         """Role-ordered steps: the rollout's micro-batches role after role, each tagged with its
         role (``RoleSteps.micro_batches``)."""
         if not self._role_ordered(mode):
-            return super().micro_batches(batch, mode)
+            return super().micro_batches(batch, mode, by_length=by_length, generator=generator)
         lr = self.learner
         out = self.role_steps.micro_batches(batch, lr.split_invariant, lr.sum_over_ranks)
         per = len(out) // self.role_steps.n_roles
@@ -143,9 +143,10 @@ class CollabRunner(UpdateRunner):
         if lr.should_save:
             torch.save(self.checkpoint_state(), Path(output_dir) / COLLAB_STATE)
 
-    def load_checkpoint(self, checkpoint: str) -> None:
-        """The checkpoint's policies (into the store) and CCPO's statistics (the trainer's
-        algorithm state); RecipeError for a checkpoint of another kind of run or schedule."""
+    def load_checkpoint(self, checkpoint: str) -> CcpoState:
+        """The checkpoint's policies (into the store); returns CCPO's statistics (the trainer's
+        algorithm state, which the trainer puts back); RecipeError for a checkpoint of another kind
+        of run or schedule."""
         import torch
 
         lr = self.learner
@@ -161,24 +162,25 @@ class CollabRunner(UpdateRunner):
             self.policies.load(d["policies"], checkpoint, lr.ranks.rank, lr.ranks.world)
         except CheckpointMismatch as e:
             raise RecipeError(str(e)) from None
-        lr.algorithm_state = CcpoState.from_state_dict(d["ccpo"])
+        return CcpoState.from_state_dict(d["ccpo"])
 
-    def save_model(self, output_dir: str) -> None:
-        """``collab.json`` and every policy as ``policies/<name>/`` (role models with their tokenizer)."""
+    def model_files(self, output_dir: str, write) -> None:
+        """``collab.json`` and every policy as ``policies/<name>/`` (role models with their tokenizer);
+        ``write(folder)`` saves the trainer's model as it is now."""
         out = Path(output_dir)
         if self.policies.zero3:  # gathers and swaps are collective: every rank saves
-            self._save_policies(out)
+            self._save_policies(out, write)
         if not self.learner.ranks.is_main:
             return
         (out / "collab.json").write_text(json.dumps(to_dict(self.collab), indent=1))
         if (self.policies.separate or self.policies.role_models) and not self.policies.zero3:
-            self._save_policies(out)
+            self._save_policies(out, write)
         for role, rm in self.policies.role_models.items():  # with its own tokenizer
             d = out / "policies" / self.collab.role(role).policy
             rm.model.save_pretrained(str(d))
             rm.tokenizer.save_pretrained(str(d))
 
-    def _save_policies(self, out: Path) -> None:
+    def _save_policies(self, out: Path, write) -> None:
         for name in self.policies.names:
             with self.policies.use_policy(name):
-                self.learner.save_model(str(out / "policies" / name))
+                write(str(out / "policies" / name))

@@ -8,13 +8,15 @@ roles: ``agentrl.algorithms.collab_runner``) has its own runner; nobody else's i
 The trainer calls, per iteration: ``rows`` (episodes -> balanced rows), ``micro_batches`` (the
 packed rows -> the update's micro-batches), ``policy`` around the no-grad forwards of a
 micro-batch (old log-probs), ``begin_micro_step`` / ``end_micro_step`` around each training
-micro-step; and ``save_checkpoint`` / ``load_checkpoint`` / ``save_model`` for the run folder. A
-runner is given the ``Learner`` handle (``agentrl.algorithms.learner``), not the trainer; it makes
-rows with ``agentrl.rollout.rows`` itself.
+micro-step; and ``save_checkpoint`` / ``load_checkpoint`` / ``model_files`` for the run folder. A
+runner is given the ``Learner`` handle (``agentrl.algorithms.learner``), not the trainer, and plain
+data in each call (it never calls back into the trainer); it makes rows with
+``agentrl.rollout.rows`` itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,8 @@ from agentrl.rollout.rows import (
 )
 
 if TYPE_CHECKING:
+    import torch
+
     from agentrl.algorithms.learner import Learner
     from agentrl.rollout.contexts import Row
     from agentrl.rollout.episodes import Episode
@@ -59,16 +63,17 @@ class UpdateRunner:
         target = row_target(lr.max_over_ranks(len(rows)), c.max_rows_per_rank, spg)
         return balance_rows(rows, target, self.pad_id(), lr.row_rng())
 
-    def micro_batches(self, batch: dict[str, Any], mode: str) -> list[dict[str, Any]]:
+    def micro_batches(self, batch: dict[str, Any], mode: str, *, by_length: bool,
+                      generator: torch.Generator) -> list[dict[str, Any]]:
         """``steps_per_generation`` micro-batches (one in evaluation): grouped by length where the
-        gradient does not depend on the grouping (``groups_rows_by_length``), else a seeded shuffle."""
-        lr = self.learner
-        n = lr.config.steps_per_generation if mode == "train" else 1
+        gradient does not depend on the grouping (``by_length``: the trainer decides it once for the
+        run), else shuffled with ``generator``."""
+        n = self.learner.config.steps_per_generation if mode == "train" else 1
         if n == 1:
             return [trim_padding(batch)]
-        if lr.groups_rows_by_length():
+        if by_length:
             return length_grouped_micro_batches(batch, n)
-        return shuffled_micro_batches(batch, n, lr.torch_rng())
+        return shuffled_micro_batches(batch, n, generator)
 
     def policy(self, mb: dict[str, Any]):
         """Context in which ``mb``'s rows are the policy's (its no-grad forwards run inside)."""
@@ -89,8 +94,11 @@ class UpdateRunner:
     def save_checkpoint(self, output_dir: str) -> None:
         """Nothing beyond the trainer's checkpoint."""
 
-    def load_checkpoint(self, checkpoint: str) -> None:
-        """Nothing beyond the trainer's checkpoint."""
+    def load_checkpoint(self, checkpoint: str) -> Any:
+        """Nothing beyond the trainer's checkpoint. Returns the algorithm state the checkpoint holds
+        for the trainer to put back (None: none)."""
+        return None
 
-    def save_model(self, output_dir: str) -> None:
-        """Nothing beyond the trainer's model folder."""
+    def model_files(self, output_dir: str, write: Callable[[str], None]) -> None:
+        """Nothing beyond the trainer's model folder. ``write(folder)`` saves the trainer's model as
+        it is now into ``folder`` (collective under ZeRO-3)."""

@@ -20,11 +20,15 @@ Each training micro-step (``_compute_loss``) computes the policy's log-probs onc
 algorithm's registered policy loss (``agentrl.losses``); the non-finite guard
 (``agentrl.trainer.guard``) refuses an optimizer step whose loss or gradient is NaN or inf.
 Where rows train (several policies, their checkpoints) is the algorithm's update runner
-(``agentrl.algorithms.runner``), given a ``Learner`` handle. There is no other trainer subclass.
+(``agentrl.algorithms.runner``), given a ``Learner`` handle. The learner's state (counters, the
+guard's verdict, the algorithm's state, the metric sink, the models as TRL's loop holds them) is
+one ``LearnerState`` (``agentrl.trainer.state``), owned and written here and read by the handles:
+no handle, runner, plug-in or producer holds the trainer. There is no other trainer subclass.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -34,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate.utils import gather_object
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 from trl import GRPOTrainer
 
 from agentrl import losses
@@ -45,7 +49,6 @@ from agentrl.losses import LossBatch
 from agentrl.producer import GenerationSetup, Player, PolicyGeneration, RolloutBatch, SyncSource
 from agentrl.recipe_file import RecipeError
 from agentrl.records import StepRecord, write_jsonl
-from agentrl.rollout.contexts import Row
 from agentrl.rollout.episodes import Episode
 from agentrl.rollout.failures import EnvFailureWatch
 from agentrl.rollout.metrics import episode_metrics, episode_summary
@@ -56,16 +59,18 @@ from agentrl.sampling.vllm_engine import uses_engine
 from agentrl.trainer.credited import Credited, credit_requirements
 from agentrl.trainer.guard import HeldScheduler, NonFiniteGuard, nonfinite_grads
 from agentrl.trainer.logprobs import completion_logps, install_compact_lm_heads
+from agentrl.trainer.state import LearnerState, MetricSink
 from agentrl.trainer.tasks import EpochTaskOrder, _check_fingerprint_layer, build_task_dataset, env_reward
 from agentrl.trainer.update import (
     corrects,
     cudnn_attention,
     log_loss_metrics,
     loss_settings,
-    ref_logps_of,
-    reference_logps,
+    needs_old_logps,
+    old_logps,
     sampler_dtype,
 )
+from agentrl.trainer.views import Reference, Scorer, WeightsView
 from agentrl.trainer.zero_signal import ZeroSignalWatch
 
 
@@ -106,18 +111,25 @@ class AgentGRPOTrainer(GRPOTrainer):
         finally:
             args.use_vllm = args.use_vllm or engine_vllm
         self._engine_vllm = engine_vllm
+        self.learner_state = LearnerState(metrics=MetricSink(self._metrics), seed=args.seed,
+                                          rank=self.accelerator.process_index, world=self.accelerator.num_processes)
+        """What the handles read (``agentrl.trainer.state``); written here only (``_sync_state``)."""
+        self._sync_state()
         if args.compact_lm_head:  # TRL's fused head scores every position off Triton devices
             install_compact_lm_heads(self)
         self.algorithm = algorithm
-        self.algorithm_state = None
-        """What the algorithm's ``advantages`` hook returned last (e.g. running statistics)."""
         self.loss_name, self.loss_options = algorithm.loss(args)
         """The registered policy loss (``agentrl.losses``) and its own options."""
+        self.by_length = (args.gradient_accumulation_steps % args.steps_per_generation == 0
+                          and losses.is_split_invariant(self.loss_name))
+        """Whether the update may group rows by length: the gradient must not depend on which rows
+        share a micro-batch. It does not when every optimizer step covers whole generation batches
+        and the loss is not normalised per micro-batch (``bnpo``). Fixed for the run."""
+        self.reference = Reference(self.learner_state, self.ref_model, self.accelerator) if self.beta != 0.0 else None
+        """The reference's log-probs of a micro-batch (``beta`` > 0; ``agentrl.trainer.views``)."""
         self.guard = NonFiniteGuard(args.nonfinite_max_consecutive)
         self.env_failures = EnvFailureWatch(args.env_id, args.max_env_failure_rate, args.max_env_failure_iterations)
         self.zero_signal = ZeroSignalWatch()  # steps whose advantages are all 0: counted, the first one said
-        self.skip_update = False
-        """Whether the non-finite guard refused the optimizer step that ends at this micro-step."""
         self.last_loss: losses.LossOutput | None = None
         """The latest micro-step's loss output (for tests and tools)."""
         self.timings: dict[str, float] = {}
@@ -137,7 +149,12 @@ class AgentGRPOTrainer(GRPOTrainer):
         if self.accelerator.device.type == "cuda":
             cudnn_attention(bool(args.allow_cudnn_attention))
         self.add_callback(EpochTaskOrder())  # a resumed run draws the tasks the uninterrupted one did
-        self.learner = Learner(self)
+        self.learner = Learner(
+            self.learner_state, args, self.processing_class, self.accelerator,
+            sampling={"temperature": self.temperature, "generation_kwargs": dict(self.generation_kwargs)},
+            # Trainer's rule reads nothing of the trainer (pinned in test_trl_contract)
+            decay_parameter_names=functools.partial(Trainer.get_decay_parameter_names, None),
+            split_invariant=losses.is_split_invariant(self.loss_name), is_deepspeed=self.is_deepspeed_enabled)
         """What the algorithm's learner-side parts get (``agentrl.algorithms.learner``)."""
         self._model_path = model if isinstance(model, str) else getattr(model, "name_or_path", None)
         self.eval_source = SyncSource(self._player(), algorithm, args.valid_action_reward)
@@ -154,14 +171,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         """The producer-side handle over this process's model: TRL's sampling settings and engine
         (HF generate, vLLM, continuous batching), the run's env batch, and the learner's no-grad
         forward for scoring completions (``completion_logps``)."""
-        a = self.args
+        a, state = self.args, self.learner_state
         vllm = self._vllm_engine() if self._engine_vllm else getattr(self, "vllm_generation", None)
         engine = "vllm" if vllm is not None else "cb" if self.use_transformers_continuous_batching else "hf"
         self.sampling_spec = SamplingSpec.from_config(a, self.model, self.processing_class)
         """How every generate call of the run samples (``agentrl.sampling``; the learner's side of the
         rollout correction is scored under the same processing)."""
         setup = GenerationSetup(
-            model=lambda: self.model_wrapped, accelerator=self.accelerator, pad_id=self.processing_class.pad_token_id,
+            model=lambda: state.model_wrapped, accelerator=self.accelerator, pad_id=self.processing_class.pad_token_id,
             eos_ids=list(self.eos_token_ids), generation_config=self.generation_config,
             generation_kwargs=getattr(self, "generation_kwargs", None), pad_to_multiple_of=self.pad_to_multiple_of,
             gather_ds3=a.ds3_gather_for_generation, checkpointing_kwargs=a.gradient_checkpointing_kwargs,
@@ -171,8 +188,10 @@ class AgentGRPOTrainer(GRPOTrainer):
             cb_lm_head_fp32=bool(a.cast_lm_head_to_fp32), sampler_dtype=sampler_dtype(a.sampler_dtype),
             fingerprint_layer=a.fingerprint_layer if self.need_fingerprint else None, seed=a.seed,
             rank=self.accelerator.process_index, spec=self.sampling_spec)
-        generation = PolicyGeneration(setup, version=lambda: self.state.global_step)
-        return Player(a, generation, self.processing_class, Ranks.of(self.accelerator), score=self.completion_logps,
+        generation = PolicyGeneration(setup, version=lambda: state.step)
+        scorer = Scorer(state, self.accelerator, self.processing_class.pad_token_id, a.per_device_train_batch_size,
+                        Reference(state, self.ref_model, self.accelerator))
+        return Player(a, generation, self.processing_class, Ranks.of(self.accelerator), score=scorer,
                       progress=self.accelerator.is_main_process and not a.disable_tqdm)
 
     def _vllm_engine(self):
@@ -216,24 +235,12 @@ class AgentGRPOTrainer(GRPOTrainer):
             max_staleness=a.max_staleness, first_iteration=0, threads=a.async_producer_threads,
             env_modules=list(a.env_modules or []), sys_path=list(sys.path),
             vllm=engine_settings(a, self._model_path) if self._engine_vllm else None)
-        return AsyncSource(spec, AsyncSettings.of(a), ranks, weights=self._policy_weights,
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        weights = WeightsView(self.learner_state, self.accelerator, adapter_only=bool(a.use_peft),
+                              zero3=bool(self.is_deepspeed_enabled and plugin is not None and plugin.zero_stage == 3))
+        return AsyncSource(spec, AsyncSettings.of(a), ranks, weights=weights,
                            tokenizer=self.processing_class, context_settings=self.eval_source.player.settings,
                            evaluation=self.eval_source)
-
-    def _policy_weights(self) -> dict[str, Any]:
-        """The policy's weights for a producer (all of them, or only the adapter's under LoRA), as
-        ``flat_weights``; under ZeRO-3 gathered once, by every rank together."""
-        from agentrl.producer.wire import flat_weights
-
-        model = self.accelerator.unwrap_model(self.model)
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad or not self.args.use_peft]
-        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
-        if self.is_deepspeed_enabled and plugin is not None and plugin.zero_stage == 3:
-            import deepspeed
-
-            with deepspeed.zero.GatheredParameters([p for _, p in named], modifier_rank=None):
-                return flat_weights(named)
-        return flat_weights(named)
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's training loop; a checkpoint to resume from must be of this run's kind (one line
@@ -252,7 +259,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         batch = self.source.next(inputs, self.state.global_step, training=self.model.training)
         episodes = batch.episodes
-        self.correcting = corrects(self, batch)
+        self.correcting = corrects(self.args, batch)
         credited = self._gather_and_credit(episodes)
         t0 = time.perf_counter()
         rows, counts = self.runner.rows(episodes, credited, mode)
@@ -288,7 +295,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         else:
             adv, state = self.algorithm.advantages(episodes, records, self.algorithm_state)
             if self.model.training:
-                self.algorithm_state = state
+                self.learner_state.algorithm_state = state
         if adv.per_record.shape[0] != len(records):
             raise ValueError(f"algorithm {self.algorithm.name!r} gave {adv.per_record.shape[0]} advantages "
                              f"for {len(records)} records")
@@ -352,56 +359,45 @@ class AgentGRPOTrainer(GRPOTrainer):
 
     def completion_logps(self, prompts: list[list[int]], completions: list[list[int]], entropy: bool = False,
                          reference: bool = False) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """No-grad (log-probs, entropies, reference log-probs) of the completion tokens, (N, T)
-        float32 numpy, T the longest completion (0 at padding positions): the update's own forward
-        (``agentrl.trainer.logprobs``) on the policy and the reference, in chunks of
-        ``per_device_train_batch_size`` rows."""
-        pid = self.processing_class.pad_token_id
-        rows = [Row(prompt=list(p), completion=list(c), loss_mask=[1] * len(c), adv=[0.0] * len(c))
-                for p, c in zip(prompts, completions, strict=True)]
-        width = max(len(c) for c in completions)
-        size = max(1, self.args.per_device_train_batch_size)
-        parts: list[list[np.ndarray]] = [[], [], []]
-        with torch.no_grad():
-            for i in range(0, len(rows), size):
-                mb = {k: v.to(self.accelerator.device) for k, v in pack_rows(rows[i:i + size], pid).items()}
-                lp, ent = completion_logps(self.model, mb, self.accelerator.autocast, entropy=entropy)
-                ref = ref_logps_of(self, mb) if reference else None
-                for j, t in enumerate((lp, ent, ref)):
-                    if t is not None:
-                        parts[j].append(np.pad(t.float().cpu().numpy(), ((0, 0), (0, width - t.shape[1]))))
-        logp, ent, ref = (np.concatenate(p) if p else None for p in parts)
-        return logp, ent, ref
+        """No-grad (log-probs, entropies, reference log-probs) of the completion tokens (the
+        player's ``Scorer``, ``agentrl.trainer.views``)."""
+        return self.eval_source.player.score(prompts, completions, entropy=entropy, reference=reference)
 
-    # ------------------------------------------------------------------ for runners and tools
+    # ------------------------------------------------------------------ the learner state
+    @property
+    def algorithm_state(self) -> Any:
+        """What the algorithm's ``advantages`` hook returned last (e.g. running statistics)."""
+        return self.learner_state.algorithm_state
+
     @property
     def micro_step(self) -> int:
         """Training micro-steps done (TRL's counter; it counts the current one once TRL's
         ``training_step`` has run)."""
         return self._step
 
+    def _sync_state(self) -> None:
+        """Copy what TRL's loop moves (its counters, the objects it wraps and replaces) into the
+        learner state, at the start of every step of ours that hands the state down."""
+        st = self.learner_state
+        st.step, st.micro_step = int(self.state.global_step), int(getattr(self, "_step", 0))
+        st.model, st.model_wrapped = self.model, getattr(self, "model_wrapped", self.model)
+        st.optimizer, st.lr_scheduler = self.optimizer, self.lr_scheduler
+
     def log_metric(self, name: str, value: float, mode: str = "train") -> None:
         """Add a value to this logging step's ``name`` (values are averaged when logged)."""
-        self._metrics[mode][name].append(float(value))
+        self.learner_state.metrics.append(name, value, mode)
 
     # ------------------------------------------------------------------ micro-batches
     def groups_rows_by_length(self) -> bool:
-        """Whether the update may group rows by length: the gradient must not depend on which
-        rows share a micro-batch. It does not when every optimizer step covers whole generation
-        batches and the loss is not normalised per micro-batch (``bnpo``)."""
-        a = self.args
-        return a.gradient_accumulation_steps % a.steps_per_generation == 0 and self.loss_is_split_invariant()
-
-    def loss_is_split_invariant(self) -> bool:
-        """Whether the loss ignores how rows are split into micro-batches (what it registered with:
-        no per-micro-batch normaliser in its reduction, ``agentrl.losses.is_split_invariant``)."""
-        return losses.is_split_invariant(self.loss_name)
+        """``by_length`` (decided when the trainer is built)."""
+        return self.by_length
 
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
         """TRL's buffering: one rollout every ``steps_per_generation * num_iterations`` micro-steps,
         cut into the runner's micro-batches, each with its old / reference log-probs computed on
         its own tensors (``agentrl.trainer.update.reference_logps``). In evaluation the rollout is
         one micro-batch. Logged: ``rows/real_token_share``."""
+        self._sync_state()
         mode = "train" if self.model.training else "eval"
         if mode == "eval":
             return self.micro_batches(self.make_iteration_batch(generation_batch), mode)[0]
@@ -419,12 +415,19 @@ class AgentGRPOTrainer(GRPOTrainer):
         """The runner's micro-batches of ``batch``, each with its old / reference log-probs
         (timed: ``time/rows_s`` includes the split, ``time/logps_s`` is the no-grad forwards)."""
         t0 = time.perf_counter()
-        out = self.runner.micro_batches(batch, mode)
+        out = self.runner.micro_batches(batch, mode, by_length=self.by_length,
+                                        generator=self.learner_state.torch_rng())
         t1 = time.perf_counter()
+        autocast, spec = self.accelerator.autocast, getattr(self, "sampling_spec", None)
         for mb in out:
             if not self.correcting:  # the sampler is the learner: no correction, no extra forward
                 mb.pop("behaviour_logps", None)
-            mb.update(reference_logps(self, mb))
+            if needs_old_logps(self.args, self.num_iterations, mb):  # under the policy mb's rows are of
+                with self.runner.policy(mb):
+                    mb.update(old_logps(mb, self.runner.loss_model(mb), spec, autocast))
+            if self.reference is not None:
+                with torch.no_grad():
+                    mb["ref_logps"] = self.reference(mb)
         self.timings["rows_s"] = self.timings.get("rows_s", 0.0) + t1 - t0
         self.timings["logps_s"] = self.timings.get("logps_s", 0.0) + time.perf_counter() - t1
         return out
@@ -435,14 +438,22 @@ class AgentGRPOTrainer(GRPOTrainer):
         A loss that is not finite (or reads a non-finite input) is reported to the guard and
         returned as NaN, so every rank's gradient is non-finite and the step is skipped
         everywhere (DeepSpeed checks its partitioned gradients itself)."""
+        self._sync_state()
         mode = "train" if self.model.training else "eval"
         logps, entropy = completion_logps(model, inputs, self.accelerator.autocast, entropy=True)
         batch = LossBatch(logps=logps, advantages=inputs["advantages"], mask=inputs["loss_mask"].float(),
                           old_logps=inputs.get("old_logps"), ref_logps=inputs.get("ref_logps"), entropy=entropy,
                           behaviour_logps=inputs.get("behaviour_logps"), correction_logps=inputs.get("correction_logps"))
-        out, bad = losses.compute(self.loss_name, batch, loss_settings(self, inputs, mode, self.loss_options))
+        a = self.args
+        settings = loss_settings(
+            a, inputs, mode, self.loss_options, processes=self.accelerator.num_processes,
+            # set by the Trainer's loop for each optimizer step (fewer at an epoch's end)
+            accumulation=getattr(self, "current_gradient_accumulation_steps", a.gradient_accumulation_steps),
+            epsilon_low=self.epsilon_low, epsilon_high=self.epsilon_high, beta=self.beta,
+            max_completion_length=self.max_completion_length)
+        out, bad = losses.compute(self.loss_name, batch, settings)
         self.last_loss = out
-        log_loss_metrics(self, out, mode)
+        log_loss_metrics(out, self._metrics[mode], self.accelerator)
         if bad and mode == "train":
             self.guard.note_loss(self._step % self.args.gradient_accumulation_steps, bad,
                                  self.accelerator.process_index)
@@ -453,10 +464,12 @@ class AgentGRPOTrainer(GRPOTrainer):
     def training_step(self, model, inputs, num_items_in_batch):
         """TRL's micro-step on the model the runner names, timed; after the optimizer step's last
         micro-step, the non-finite guard's verdict (``_close_step``)."""
+        self._sync_state()
         model = self.runner.begin_micro_step(model)
         self._gen_in_step = 0.0
         t0 = time.perf_counter()
         out = super().training_step(model, inputs, num_items_in_batch)
+        self._sync_state()  # TRL counted the micro-step
         self._update_s = getattr(self, "_update_s", 0.0) + time.perf_counter() - t0 - self._gen_in_step
         if self.accelerator.sync_gradients:
             self._close_step(model)
@@ -475,8 +488,8 @@ class AgentGRPOTrainer(GRPOTrainer):
             names, n_bad = nonfinite_grads(model.named_parameters())
         others = [x for i, notes in enumerate(gather_object([self.guard._pending])) if i != self.accelerator.process_index
                   for x in notes] if self.accelerator.num_processes > 1 else []
-        self.skip_update = self.guard.end_step(self.state.global_step + 1, names, n_bad, others)
-        if self.skip_update:
+        skip = self.learner_state.skip_update = self.guard.end_step(self.state.global_step + 1, names, n_bad, others)
+        if skip:
             if not self.is_deepspeed_enabled:  # AdamW skips parameters without a gradient: a no-op step
                 model.zero_grad(set_to_none=True)
             if self.accelerator.is_main_process:
@@ -505,7 +518,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         """TRL's scheduler, held while the guard skips a step (DeepSpeed holds its own)."""
         sched = super().create_scheduler(num_training_steps, optimizer)
         if not self.is_deepspeed_enabled and not isinstance(sched, (HeldScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)):
-            self.lr_scheduler = HeldScheduler(sched, lambda: self.skip_update)
+            state = self.learner_state
+            self.lr_scheduler = HeldScheduler(sched, lambda: state.skip_update)
         return self.lr_scheduler
 
     # ------------------------------------------------------------------ checkpoints
@@ -532,6 +546,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         from agentrl.checkpoints import write_identity
 
         super()._save_optimizer_and_scheduler(output_dir)
+        self._sync_state()
         if self.args.should_save:
             (Path(output_dir) / GUARD_FILE).write_text(json.dumps(self.guard.state_dict()))
             (Path(output_dir) / ENV_FAILURES_FILE).write_text(json.dumps(self.env_failures.state_dict()))
@@ -555,7 +570,10 @@ class AgentGRPOTrainer(GRPOTrainer):
         zero = Path(checkpoint) / ZERO_SIGNAL_FILE
         if zero.is_file():
             self.zero_signal.load_state_dict(json.loads(zero.read_text()))
-        self.runner.load_checkpoint(checkpoint)
+        self._sync_state()
+        restored = self.runner.load_checkpoint(checkpoint)
+        if restored is not None:
+            self.learner_state.algorithm_state = restored
         if hasattr(self.source, "load_checkpoint"):
             self.source.load_checkpoint(checkpoint)
 
@@ -563,7 +581,9 @@ class AgentGRPOTrainer(GRPOTrainer):
         """TRL's model folder; the final one (not a checkpoint's) gets the runner's files too."""
         super().save_model(output_dir, _internal_call)
         if not _internal_call:
-            self.runner.save_model(output_dir or self.args.output_dir)
+            self._sync_state()
+            self.runner.model_files(output_dir or self.args.output_dir,
+                                    write=lambda folder: self.save_model(folder, _internal_call=True))
 
 
 GUARD_FILE = "nonfinite_guard.json"

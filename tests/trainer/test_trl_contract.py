@@ -34,6 +34,11 @@ def test_private_method_signatures():
     assert _params(GRPOTrainer._load_optimizer_and_scheduler) == ["self", "checkpoint"]
     assert _params(GRPOTrainer.save_model) == ["self", "output_dir", "_internal_call"]
     assert _params(GRPOTrainer.create_scheduler) == ["self", "num_training_steps", "optimizer"]
+    # the Learner handle gets Trainer's weight-decay rule unbound (self=None): it must read nothing of self
+    from transformers import Trainer
+
+    src = inspect.getsource(Trainer.get_decay_parameter_names)
+    assert _params(Trainer.get_decay_parameter_names) == ["self", "model"] and "self." not in src
 
 
 def test_overridden_trl_methods_are_the_pinned_ones():
