@@ -150,6 +150,7 @@ class AsyncSource:
                    "async/restarts": float(self.restarts)}
         if "carried_groups" in payload:  # producer_mode continuous: groups in flight past this iteration
             metrics["async/carried_groups"] = float(payload["carried_groups"])
+        metrics.update(payload.get("metrics", {}))  # the play mode's own (continuous on vLLM: turn requests)
         times = payload["times"]
         # older weights, or a sampler of another precision: the learner corrects with the
         # episodes' behaviour log-probs; at staleness 0 the producer's weights are the learner's

@@ -9,7 +9,9 @@ at once, in an env batch of that many iterations' slots:
   submitted once a version of at least ``max(0, b - k)`` is loaded, up to ``producer_overprovision``
   iterations ahead of the one being delivered;
 * before every tick the newest version the learner has shipped is loaded: episodes in flight go
-  on with it (a partial rollout), each turn tagged with the version that generated it; the oldest
+  on with it (a partial rollout), each turn tagged with the version that generated it (on vLLM's
+  engine each turn is a request of its own, ``PolicyGeneration.submit``: the engine takes the new
+  version between requests, once those in flight have finished); the oldest
   turn of an iteration is never older than ``b - k``, so the learner's ``max_staleness`` check holds
   per span;
 * iteration b's batch leaves as soon as all its groups are complete (groups of later iterations
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from agentrl.algorithms.base import check_shaped_rewards, shaped
@@ -48,9 +51,14 @@ class ContinuousMode:
         per_rank = len(s.plan.rows(s.first_iteration, s.rank))
         settings = self.player.settings()
         envs = self.player._env_batch(settings, per_rank * (1 + self.ahead))
+        g = self.player.generation
+        # vLLM's engine: each turn a request of its own (continuous batching, env steps while the
+        # others generate); the HF engine: per-tick batches
+        requests = (SimpleNamespace(submit=producer._beating(g.submit), poll=producer._beating(g.poll), abort=g.abort)
+                    if g.submits else None)
         self.play = ContinuousPlay(self._generate, self.player.tokenizer, settings, envs, per_rank * (1 + self.ahead),
                                    version=lambda: self.p.loaded or 0, before_tick=self._newest,
-                                   timing=self.player.timing)
+                                   timing=self.player.timing, requests=requests)
         self.groups: dict[int, list[str]] = {}
         """Submitted iteration -> its group ids in task order."""
 
@@ -116,7 +124,10 @@ class ContinuousMode:
         for ep in episodes:
             tag_versions(ep, self.p.loaded or 0)
         version = min(ep.policy_version for ep in episodes)
-        return {"episodes": pack_episodes(episodes), "version": version, "times": self._times(busy),
+        g, last = self.player.generation, getattr(self, "_requests", 0)
+        self._requests = g.requests
+        metrics = {"async/turn_requests": float(g.requests - last)} if g.submits else {}
+        return {"episodes": pack_episodes(episodes), "version": version, "times": self._times(busy), "metrics": metrics,
                 "sampler_differs": self.player.generation.differs_from_learner, "busy_s": busy, "waited_s": waited,
                 "carried_groups": sum(len(g) for g in self.groups.values()) - len(self.groups.get(b, []))}
 

@@ -30,6 +30,14 @@ When ``fingerprint_layer`` is set, a call also returns each prompt's hidden stat
 forward); under vLLM, which generates elsewhere, they are computed after the rollout
 (``fingerprints_after``: one truncated forward over every step's prompt, one parameter gather).
 
+**Requests** (``submit`` / ``poll``, where ``submits``: agentrl's ``VLLMEngine``): turns that
+finish on their own, for a continuous producer (``agentrl.rollout.continuous``). Each request is
+keyed (run seed, rank, training, its episode, its turn), so its draws do not depend on when or with
+what it was batched (``agentrl.sampling.vllm_engine``: keyed, not keyed-exact). A version that moved
+on is loaded between requests, never under one: new requests are held while older ones are in
+flight, the engine loads once none is, then the held ones go (every request's tokens are of the one
+version it records, ``Finished.version``).
+
 **Keyed sampling.** Each call draws its random numbers from a generator seeded by a key of its own:
 (run seed, rank, optimizer step, training or evaluation, the play within the iteration, the call
 within the play) (``sampling_seed``), inside a fork of torch's global random state (nothing else
@@ -54,7 +62,7 @@ from agentrl.rollout.episodes import GenerateOutput
 from agentrl.rollout.generation import FingerprintCapture, truncated_forward_fingerprints
 from agentrl.sampling.hf import hf_sample
 from agentrl.sampling.keys import keyed_rng, sampling_seed
-from agentrl.sampling.spec import SamplingSpec
+from agentrl.sampling.spec import Finished, SamplingSpec
 
 __all__ = ["GenerationSetup", "PolicyGeneration", "keyed_rng", "sampling_seed", "vllm_sampled_logprobs"]
 
@@ -128,6 +136,13 @@ class PolicyGeneration:
         self.spec = setup.sampling_spec()
         """How every call samples (``agentrl.sampling``)."""
         self._calls = 0
+        self._held: list[tuple[int, list[int], int]] = []
+        """Requests waiting for the engine to load the version now: (id, prompt, seed)."""
+        self._ids: dict[int, int] = {}
+        """The engine's request id -> ours."""
+        self._next_id = 0
+        self.requests = 0
+        """Requests submitted (``submit``), over the generation's life."""
 
     def reset_counters(self) -> None:
         self.seconds = self.fingerprint_seconds = 0.0
@@ -167,6 +182,58 @@ class PolicyGeneration:
         self.seconds += time.perf_counter() - t0
         self.tokens += sum(len(c) for c in completion_ids)
         return GenerateOutput([list(c) for c in completion_ids], fps, logprobs)
+
+    # ------------------------------------------------------------------ requests
+    @property
+    def submits(self) -> bool:
+        """Whether turns go as requests that finish on their own (agentrl's ``VLLMEngine``:
+        continuous batching); otherwise a continuous producer batches per tick."""
+        return self.setup.engine == "vllm" and hasattr(self.setup.vllm, "submit")
+
+    def submit(self, prompts: list[list[int]], keys: list[tuple[int, ...]]) -> list[int]:
+        """One request per prompt, keyed (run seed, rank, training, *key); their ids. Sent at once,
+        or held while the engine must first load a newer version (module docstring)."""
+        t0 = time.perf_counter()
+        base = (self.setup.seed, self.setup.rank, self._key[3])
+        ids = list(range(self._next_id, self._next_id + len(prompts)))
+        self._next_id += len(prompts)
+        self.requests += len(prompts)
+        self._held += [(i, list(p), sampling_seed(*base, *k)) for i, p, k in zip(ids, prompts, keys, strict=True)]
+        self._send()
+        self.seconds += time.perf_counter() - t0
+        return ids
+
+    def poll(self, timeout: float | None) -> list[Finished]:
+        """The requests finished since the last poll (waiting up to ``timeout`` s for one while any
+        is in flight), under our ids, with the version that drew each."""
+        t0 = time.perf_counter()
+        engine = self.setup.vllm
+        self._send()
+        done = engine.poll(timeout) if engine.unfinished() else []
+        self._send()  # the drain a load waited for may have just ended
+        self.seconds += time.perf_counter() - t0
+        self.tokens += sum(len(f.completion_ids) for f in done)
+        return [Finished(self._ids.pop(f.request_id), f.completion_ids, f.logprobs, f.version) for f in done]
+
+    def abort(self) -> None:
+        """Drop the requests held or in flight (their results never come)."""
+        self._held.clear()
+        self._ids.clear()
+        self.setup.vllm.abort()
+
+    def _send(self) -> None:
+        """The held requests to the engine: now while it holds the version now; when the version
+        moved on, once nothing is in flight, after loading it."""
+        engine = self.setup.vllm
+        if not self._held:
+            return
+        if self.version() != self._synced_version:
+            if engine.unfinished():
+                return
+            self._sync_engine(engine)
+        held, self._held = self._held, []
+        ids = engine.submit([h[1] for h in held], self.spec, [h[2] for h in held])
+        self._ids.update(zip(ids, (h[0] for h in held), strict=True))
 
     # ------------------------------------------------------------------ engines
     def _completions(self, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
@@ -232,13 +299,17 @@ class PolicyGeneration:
     def _vllm_engine(self, engine, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
         """agentrl's ``VLLMEngine`` under the run's spec, seeded by this call's key; the policy's
         weights (a LoRA adapter merged into its base) loaded first when the version moved on."""
+        if self.version() != self._synced_version:
+            self._sync_engine(engine)
+        return engine.generate(prompts, self.spec, sampling_seed(*self._key, self._calls - 1))
+
+    def _sync_engine(self, engine) -> None:
+        """The policy's weights now (a LoRA adapter merged into its base) into ``engine``."""
         from agentrl.sampling.vllm_engine import merged_state_dict
 
-        if self.version() != self._synced_version:
-            model = self.setup.accelerator.unwrap_model(self.setup.model())
-            engine.load_weights(merged_state_dict(model), self.version())
-            self._synced_version = self.version()
-        return engine.generate(prompts, self.spec, sampling_seed(*self._key, self._calls - 1))
+        version = self.version()
+        engine.load_weights(merged_state_dict(self.setup.accelerator.unwrap_model(self.setup.model())), version)
+        self._synced_version = version
 
     def _continuous_batching(self, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
         s = self.setup

@@ -90,3 +90,33 @@ def test_async_producer_owns_an_engine_and_loads_each_version(tmp_path, model64)
     assert all(0 <= v < SYNCED_K3 for _, v in k3), k3
     assert tr.vllm_engine is None or tr.vllm_engine.proc is None  # the learner's own engine never started
 
+
+
+def test_continuous_producer_submits_each_turn_to_the_engine(tmp_path, model64):
+    # producer_mode continuous on the engine: each turn a request of its own (continuous batching,
+    # PolicyGeneration.submit), counted in async/turn_requests; every iteration's episodes arrive
+    # once each, each turn recorded with vLLM's log-probs and a version within max_staleness
+    import json
+    from pathlib import Path
+
+    tr, moved = _train(tmp_path, model64, max_steps=3, rollout_mode="async", max_staleness=1,
+                       producer_mode="continuous", producer_overprovision=1)
+    assert moved
+    files = sorted((Path(tr.args.output_dir) / "rollouts").glob("iter_*.jsonl"))
+    assert [p.name for p in files] == [f"iter_{b:05d}.jsonl" for b in range(3)]
+    records = 0
+    for b, p in enumerate(files):
+        by_traj: dict[str, list[int]] = {}
+        for r in (json.loads(x) for x in p.read_text().splitlines()):
+            by_traj.setdefault(r["traj_id"], []).append(r["t"])
+            assert max(0, b - 1) <= r["policy_version"] <= b, (b, r["policy_version"])
+            lps = r["behaviour_logps"]
+            assert len(lps) == len(r["action_token_ids"]) > 0 and all(x <= 0 for x in lps)  # vLLM's, finite
+            records += 1
+        assert sorted(by_traj) == sorted(f"s{b}:r0:{j}" for j in range(len(by_traj)))
+        assert all(ts == list(range(len(ts))) for ts in by_traj.values())
+    # every recorded turn was one request (and the iteration carried past the last step sent more)
+    sent = [v for _, v in _logged(tr, "async/turn_requests")]
+    assert len(sent) == 3 and sum(sent) >= records
+    assert all(v <= 1.0 for _, v in _logged(tr, "async/staleness_max"))
+    assert [s for s, _ in _logged(tr, "correction/mismatch_k3")] == [1, 2, 3]
