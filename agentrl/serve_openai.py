@@ -1,6 +1,7 @@
 """Serve a local Hugging Face causal LM as an OpenAI-compatible chat-completions endpoint.
 
     agentrl serve CHECKPOINT [--port 8000] [--host 127.0.0.1] [--model-name NAME] [--device cpu]
+                             [--engine hf|vllm]
     (or python -m agentrl.serve_openai ...)
 
 Routes: ``POST /v1/chat/completions`` (the conversation goes through the checkpoint's chat
@@ -13,16 +14,22 @@ It exists so that tools which only speak to an OpenAI-style endpoint (verifiers'
 OpenAI SDK script) can play agentrl's envs with a checkpoint on this machine: a small,
 single-process server, not an inference engine. Every reply goes through the one sampler
 (``agentrl.sampling``: a ``SamplingSpec`` per request, the engine's ``stream``; the HF engine by
-default, any engine with ``stream`` can stand in). Requests run concurrently, each on its own
-generate call; a seeded one runs alone (the sampling key seeds the process's generator, which a
-concurrent call would draw from). Log-probs are those of the distribution each token was drawn
-from (temperature and top-p applied). Tool calls are not implemented.
+default, any engine with ``stream`` can stand in). On the HF engine requests run concurrently,
+each on its own generate call; a seeded one runs alone (the sampling key seeds the process's
+generator, which a concurrent call would draw from). ``--engine vllm`` serves through agentrl's
+vLLM engine (``agentrl.sampling.vllm_engine``, vLLM's CPU build in its venv; ``BatchedEngine``):
+each request joins those in flight in vLLM's continuous batching (or, on an engine with a
+blocking ``generate`` only, requests that arrive while a call runs are batched into the next),
+and a reply is streamed token by token once it is finished (the engine hands back whole replies;
+``top_logprobs`` is not served there). Log-probs are those of the distribution each token was
+drawn from (temperature and top-p applied). Tool calls are not implemented.
 """
 
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations (Request)
 # at runtime, and they are imported inside create_app
 import argparse
 import json
+import queue
 import sys
 import threading
 import time
@@ -293,6 +300,159 @@ class Delta:
     finish: str | None = None
 
 
+class _Job:
+    """One request's prompts waiting for ``BatchedEngine``'s next call; ``result`` is (ids,
+    log-probs) or the exception the call raised, set before ``done``."""
+
+    def __init__(self, prompts: list[list[int]], spec: "SamplingSpec", seed: int | None):
+        self.prompts, self.spec, self.seed = prompts, spec, seed
+        self.result: Any = None
+        self.left = 0
+        """Rows still generating (``BatchedEngine``'s submitted requests)."""
+        self.done = threading.Event()
+
+    def key(self) -> tuple:
+        """Jobs with equal keys share a call: the same spec and, when sampled with a seed, only
+        themselves (the engine keys a call's rows from one seed)."""
+        return (self.spec, None if self.seed is None or self.spec.greedy else ("seed", id(self)))
+
+
+class BatchedEngine:
+    """``ChatModel``'s engine over one that hands back whole replies: agentrl's ``VLLMEngine``. One
+    thread talks to it. With the engine's ``submit`` / ``poll`` (the ``Engine`` protocol's
+    requests that finish on their own: vLLM's continuous batching) each request is submitted as it
+    arrives and joins those in flight; without them (``generate`` only) the thread takes every
+    request waiting when it is free, so requests that arrive while a call runs are batched into the
+    next (one call per ``_Job.key``). ``stream`` hands a reply over token by token once it is done."""
+
+    serves_top_logprobs = False
+    """The engine returns the drawn token's log-prob only."""
+    own_random_stream = True
+    """A seed keys the engine's own generators, not the process's: seeded requests need not run alone."""
+    POLL_S = 0.05
+    """How long a poll waits for a finished request before new requests are submitted."""
+
+    def __init__(self, engine: Any, continuous: bool | None = None):
+        self.engine = engine
+        self.continuous = hasattr(engine, "submit") and hasattr(engine, "poll") if continuous is None else continuous
+        """Whether requests go through ``submit`` / ``poll`` (default: when the engine has them)."""
+        self.batches: list[int] = []
+        """How many requests the engine held together: per ``generate`` call, or per round of
+        submissions, those then in flight (how concurrent requests were batched)."""
+        self.busy = False
+        """Whether the engine is generating."""
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._requests if self.continuous else self._calls,
+                                        name="serve_batches", daemon=True)
+        self._thread.start()
+
+    def _calls(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            waiting = [job]
+            while True:
+                try:
+                    waiting.append(self._jobs.get_nowait())
+                except queue.Empty:
+                    break
+            groups: dict[tuple, list[_Job]] = {}
+            for j in waiting:
+                if j is not None:
+                    groups.setdefault(j.key(), []).append(j)
+            for group in groups.values():
+                self._call(group)
+            if None in waiting:
+                return
+
+    def _call(self, group: list[_Job]) -> None:
+        self.busy = True
+        try:
+            ids, logps = self.engine.generate([p for j in group for p in j.prompts], group[0].spec, group[0].seed)
+        except BaseException as e:  # each waiting request raises it
+            ids, logps = None, e
+        finally:
+            self.busy = False
+        self.batches.append(len(group))
+        at = 0
+        for j in group:
+            n = len(j.prompts)
+            j.result = logps if ids is None else (ids[at:at + n], logps[at:at + n])
+            at += n
+            j.done.set()
+
+    def _requests(self) -> None:
+        from agentrl.sampling import sampling_seed
+
+        rows: dict[int, tuple[_Job, int]] = {}  # the engine's request id -> (its job, its row)
+        closing = False
+        while rows or not closing:
+            taken: list[_Job | None] = []
+            try:  # wait for a request only while none is in flight
+                taken.append(self._jobs.get(block=not rows))
+                while True:
+                    taken.append(self._jobs.get_nowait())
+            except queue.Empty:
+                pass
+            for job in taken:
+                if job is None:
+                    closing = True
+                    continue
+                # the same keys as VLLMEngine.generate's: row i of a request seeded s is keyed (s, i)
+                seeds = None if job.seed is None else [sampling_seed(job.seed, i) for i in range(len(job.prompts))]
+                try:
+                    ids = self.engine.submit(job.prompts, job.spec, seeds)
+                except BaseException as e:
+                    job.result = e
+                    job.done.set()
+                    continue
+                job.result = ([[] for _ in ids], [[] for _ in ids])
+                job.left = len(ids)
+                rows.update((r, (job, i)) for i, r in enumerate(ids))
+            if any(j is not None for j in taken):
+                self.batches.append(len({id(j) for j, _ in rows.values()}))
+            self.busy = bool(rows)
+            if rows:
+                self._collect(rows)
+                self.busy = bool(rows)
+
+    def _collect(self, rows: dict[int, tuple[_Job, int]]) -> None:
+        """The finished requests' tokens into their jobs; a job is done when all its rows are."""
+        try:
+            finished = self.engine.poll(timeout=self.POLL_S)
+        except BaseException as e:  # every request in flight raises it
+            for job, _ in rows.values():
+                job.result = e
+                job.done.set()
+            rows.clear()
+            return
+        for f in finished:
+            job, i = rows.pop(f.request_id)
+            job.result[0][i], job.result[1][i] = f.completion_ids, f.logprobs
+            job.left -= 1
+            if not job.left:
+                job.done.set()
+
+    def stream(self, prompts: list[list[int]], spec: "SamplingSpec", seed: int | None = None,
+               top_logprobs: int = 0) -> Iterator[list[Any]]:
+        """The rows' tokens step by step (``HFEngine.stream``'s shape: a ``Drawn`` per row, None
+        for a row that already ended), handed over once the call that generated them returns."""
+        from agentrl.sampling import Drawn
+
+        job = _Job(prompts, spec, seed)
+        self._jobs.put(job)
+        job.done.wait()
+        if isinstance(job.result, BaseException):
+            raise job.result
+        ids, logps = job.result
+        for k in range(max(map(len, ids), default=0)):
+            yield [Drawn(i[k], lp[k]) if k < len(i) else None for i, lp in zip(ids, logps, strict=True)]
+
+    def close(self) -> None:
+        """Stop the calling thread (after the calls waiting) and the engine."""
+        self._jobs.put(None)
+        self._thread.join()
+        self.engine.close()
+
+
 class ChatModel:
     """A checkpoint, its tokenizer and the engine that generates its replies."""
 
@@ -303,16 +463,28 @@ class ChatModel:
         self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
         if self.tokenizer.chat_template is None:
             raise ValueError(f"{checkpoint}: the tokenizer has no chat template")
-        self.model = AutoModelForCausalLM.from_pretrained(checkpoint).to(device).eval()
-        self.context = getattr(self.model.config, "max_position_embeddings", None)
         from agentrl.sampling import HFEngine, SamplingSpec, end_token_ids, pad_id_of
 
-        self.eos_ids = end_token_ids(self.model, self.tokenizer)
+        if engine == "vllm":  # vLLM loads the weights in its own process: only the configs here
+            self.model = None
+            config, holder = _configs(checkpoint)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(checkpoint).to(device).eval()
+            config, holder = self.model.config, self.model
+        self.context = getattr(config, "max_position_embeddings", None)
+        self.eos_ids = end_token_ids(holder, self.tokenizer)
         if not self.eos_ids:
             raise ValueError(f"{checkpoint}: neither the tokenizer nor the generation config names an end token")
-        self.engine = engine or HFEngine(self.model, pad_id_of(self.tokenizer, SamplingSpec(
-            end_token_ids=tuple(sorted(self.eos_ids)))))
-        """What generates (``stream(prompts, spec, seed, top_logprobs)``: ``agentrl.sampling.hf.HFEngine``)."""
+        if engine == "vllm":
+            from agentrl.sampling.vllm_engine import VLLMEngine
+
+            engine = BatchedEngine(VLLMEngine(checkpoint, max_model_len=self.context))
+        elif engine in (None, "hf"):
+            engine = HFEngine(self.model, pad_id_of(self.tokenizer, SamplingSpec(
+                end_token_ids=tuple(sorted(self.eos_ids)))))
+        self.engine = engine
+        """What generates (``stream(prompts, spec, seed, top_logprobs)``: ``agentrl.sampling.hf.HFEngine``,
+        or ``BatchedEngine`` over the vLLM engine)."""
         self.lock = SharedLock()
         """Unseeded requests share it; a seeded one holds it alone (module docstring)."""
         self._count = threading.Lock()
@@ -338,6 +510,8 @@ class ChatModel:
 
     def start(self, request: ChatRequest) -> tuple[list[int], int]:
         """The prompt's ids and the reply's length bound; a prompt longer than the context is a 400."""
+        if request.top_logprobs and not getattr(self.engine, "serves_top_logprobs", True):
+            raise BadRequest("top_logprobs is not served on the vLLM engine (logprobs is); leave it at 0")
         ids = self.prompt_ids(request.messages)
         if self.context is not None and len(ids) >= self.context:
             raise BadRequest(f"the prompt is {len(ids)} tokens; the model's context is {self.context}")
@@ -349,7 +523,8 @@ class ChatModel:
         or log-probs, and one with the finish reason as each choice ends; when the last one ends
         the ``Completion`` is appended to ``out`` and recorded in ``recent``."""
         rows = [_Row(self.tokenizer, self.eos_ids, request.stop, request.logprobs) for _ in range(request.n)]
-        seeded = request.seed is not None and request.temperature > 0
+        seeded = (request.seed is not None and request.temperature > 0
+                  and not getattr(self.engine, "own_random_stream", False))
         with self._count:
             self.requests += 1
         with self.lock.hold(exclusive=seeded):
@@ -383,6 +558,28 @@ class ChatModel:
         for _ in self.stream(request, ids, max_new, out):
             pass
         return out[0]
+
+    def close(self) -> None:
+        """Stop the engine when it runs outside this process (the vLLM engine's server)."""
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+
+def _configs(checkpoint: str | Path) -> tuple[Any, Any]:
+    """The checkpoint's model config and something holding its generation config (what
+    ``end_token_ids`` reads), without loading the weights: the folder's generation_config.json, else
+    the one transformers derives from the model config (what ``from_pretrained`` would give)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, GenerationConfig
+
+    config = AutoConfig.from_pretrained(checkpoint)
+    try:
+        generation = GenerationConfig.from_pretrained(checkpoint)
+    except OSError:
+        generation = GenerationConfig.from_model_config(config)
+    return config, SimpleNamespace(generation_config=generation)
 
 
 def completion_json(done: Completion, model: str, completion_id: str, created: int) -> dict:
@@ -514,7 +711,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--model-name", default=None, help="the id /v1/models lists (default: the folder's name)")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda (the HF engine's)")
+    p.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+                   help="hf: transformers' generate in this process (default); vllm: agentrl's vLLM engine "
+                        "(vLLM's CPU build in its venv, make vllm-venv; concurrent requests batched)")
     both_spellings(p)
     return p.parse_args(argv)
 
@@ -529,13 +729,24 @@ def main(argv: list[str] | None = None) -> int:
     if not (Path(args.checkpoint) / "config.json").is_file():
         print(f"agentrl serve: {args.checkpoint} is not a model folder (no config.json)", file=sys.stderr)
         return 2
+    if args.engine == "vllm":  # before the engine takes a minute to start and then refuses
+        from agentrl.sampling.vllm_heads import head_size_refusal
+
+        why = head_size_refusal(args.checkpoint, "--engine hf")
+        if why:
+            print(f"agentrl serve: {why}", file=sys.stderr)
+            return 2
     try:
-        chat = ChatModel(args.checkpoint, args.model_name, args.device)
-    except (OSError, ValueError) as e:  # no tokenizer, no chat template, no end token, a bad device
+        chat = ChatModel(args.checkpoint, args.model_name, args.device, engine=args.engine)
+    except (OSError, ValueError, RuntimeError) as e:  # no tokenizer, chat template, end token; a bad
+        # device; no vLLM venv or a vLLM server that did not start (VLLMError)
         print(f"agentrl serve: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
-    print(f"serving {chat.name} at http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(create_app(chat), host=args.host, port=args.port, log_level="info")
+    print(f"serving {chat.name} at http://{args.host}:{args.port}/v1 ({args.engine} engine)", flush=True)
+    try:
+        uvicorn.run(create_app(chat), host=args.host, port=args.port, log_level="info")
+    finally:
+        chat.close()
     return 0
 
 

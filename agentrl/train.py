@@ -164,6 +164,12 @@ def build_trainer(cfg: AgentRLConfig, algorithm=None, meter=None):
     from agentrl.trainer import AgentGRPOTrainer
 
     model_path = _warm_start(cfg.model_name_or_path) or resolve_model(cfg.model_name_or_path)
+    from agentrl.sampling.vllm_engine import uses_engine
+    from agentrl.sampling.vllm_heads import head_size_refusal
+
+    why = uses_engine(cfg) and head_size_refusal(model_path, "use_vllm: false", cfg.model_name_or_path)
+    if why:  # the folder resolved here (SmolLM2, a hub snapshot) was not open to validate_config
+        raise RecipeError(f"use_vllm: model_name_or_path {why}")
     try:
         tok = AutoTokenizer.from_pretrained(model_path)
     except (OSError, ValueError) as e:  # not on the hub / no network / not a model folder

@@ -189,6 +189,43 @@ def vllm_available() -> bool:
     return vllm_in_process() or vllm_python() is not None
 
 
+def _config_folder(name: str) -> Path | None:
+    """A folder holding the model's config.json, found without building or downloading anything
+    (None: not found that way; the trainer's build checks the folder it resolves)."""
+    from agentrl.models.registry import EMBEDDED_MODELS, WARM_STARTS, ensure_tiny
+
+    if name == "tiny" or name in WARM_STARTS:  # the warm starts are the tiny model after SFT: its shape
+        return ensure_tiny()  # built once in about a second, cached
+    if name in EMBEDDED_MODELS:
+        return None
+    p = Path(name).expanduser()
+    if p.is_dir():
+        return p
+    if _HUB_ID.match(name):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(name, "config.json")
+        except Exception:  # a malformed id or an unreadable cache: not cached
+            return None
+        return Path(cached).parent if isinstance(cached, str) else None
+    return None
+
+
+def validate_vllm_model(cfg: AgentRLConfig) -> None:
+    """Under agentrl's vLLM engine (vLLM's CPU build), a model whose attention head size the build
+    has kernels for (it refuses any other a minute into starting; ``agentrl.sampling.vllm_heads``)."""
+    from agentrl.sampling.vllm_engine import uses_engine
+    from agentrl.sampling.vllm_heads import head_size_refusal
+
+    if not uses_engine(cfg):
+        return
+    folder = _config_folder(cfg.model_name_or_path)
+    why = folder is not None and head_size_refusal(folder, "use_vllm: false", cfg.model_name_or_path)
+    if why:
+        raise RecipeError(f"use_vllm: model_name_or_path {why}")
+
+
 def validate_config(cfg: AgentRLConfig) -> None:
     """Checks that need other modules (env registry, credit modules, model folders, vLLM)."""
     validate_env(cfg.env_id, cfg.env_modules)
@@ -203,6 +240,7 @@ def validate_config(cfg: AgentRLConfig) -> None:
                           "machine, pip install 'agentrl[vllm]'; set use_vllm: false to generate with transformers")
     if cfg.use_vllm and cfg.vllm_mode not in ("server", "colocate"):
         raise RecipeError(f"vllm_mode must be 'server' or 'colocate', got {cfg.vllm_mode!r}")
+    validate_vllm_model(cfg)
     if cfg.sampler_dtype is not None and (cfg.use_vllm or cfg.use_transformers_continuous_batching):
         raise RecipeError("sampler_dtype applies to transformers' generate; vLLM and continuous batching sample "
                           "in their own dtype: leave sampler_dtype unset")
