@@ -3,6 +3,7 @@
     agentrl bench async --steps 12 --staleness 1,2
     agentrl bench async --steps 12 --staleness 0,1 --modes lockstep,continuous
     agentrl bench async --warm runs/demo/sft --goals runs/arena/warm/practised.json
+    agentrl bench async --engine vllm --families depth2,depth3,depth4 --modes lockstep,continuous
 
 The demo's RL phase (``recipes/demo_tiny.yaml``: TextCraft depth-2 goals, the tiny model
 warm-started on expert trajectories, 4 goals x 8 rollouts per step, GiGPO) runs ``--steps``
@@ -14,6 +15,12 @@ optimizer steps, each in a fresh process:
   ``lockstep``, ``continuous``; at k >= 1 a continuous producer loads each new version between
   ticks: partial rollouts), the trainer on one thread and its producer process on the other
   (``async_producer_threads: 1``).
+
+``--engine vllm`` generates on agentrl's vLLM engine (``--use_vllm true``: vLLM's CPU build in its
+venv; the synchronous runs' engine beside the learner, the asynchronous runs' in the producer, where
+a continuous producer submits each turn as a request of its own: continuous batching, env steps
+while the other turns generate). ``--families`` mixes TextCraft's crafting depths
+(``task_families``): episodes of mixed lengths, where a lock-step turn waits for its slowest episode.
 
 Per run it prints the median seconds per step after the first (TRL's ``step_time``; for async the
 learner's wait for its batch is inside it), steps per hour, the learner's idle share (its wait
@@ -47,12 +54,12 @@ def _warm(out: Path) -> tuple[Path, list[int]]:
 
 
 def run_one(name: str, sft: Path, goals: list[int], steps: int, threads: int, extra: list[str],
-            work: Path) -> dict:
+            work: Path, common: list[str] = ()) -> dict:
     """One training run of ``steps`` steps; its per-step figures from metrics.jsonl."""
     out = work / name
     argv = [sys.executable, "-m", "agentrl.train", str(RECIPE), "--model_name_or_path", str(sft),
             "--output_dir", str(out), "--max_steps", str(steps), "--save_strategy", "no", "--save_rollouts", "false",
-            "--overwrite_output_dir", "true", "--task_seeds", *map(str, goals), *extra]
+            "--overwrite_output_dir", "true", "--task_seeds", *map(str, goals), *common, *extra]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), WANDB_MODE="offline", HF_HUB_OFFLINE="1")
     r = subprocess.run(argv, env=env, capture_output=True, text=True)
     if r.returncode:
@@ -71,6 +78,8 @@ def run_one(name: str, sft: Path, goals: list[int], steps: int, threads: int, ex
                  for k in sorted({k for x in rows for k in x if k.startswith("async/span_staleness_frac/")})}
         if spans:
             res["span_staleness"] = {d: round(v, 3) for d, v in spans.items() if v > 0}
+    if any("async/turn_requests" in x for x in rows):
+        res["turn_requests_per_step"] = statistics.mean(x.get("async/turn_requests", 0.0) for x in rows)
     for k in ("correction/mismatch_k3", "correction/ess", "correction/masked_frac", "correction/truncated_frac"):
         vals = [x[k] for x in rows if k in x]
         if vals:
@@ -89,12 +98,25 @@ def main(argv: list[str] | None = None) -> int:
                                                  "--warm-only --quick into --work)")
     ap.add_argument("--goals", default=None, help="a practised.json whose goals the runs practise (with --warm)")
     ap.add_argument("--work", default=None, help="where runs go (default: a temporary folder)")
+    ap.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+                    help="hf: transformers' generate (default); vllm: agentrl's vLLM engine (make vllm-venv)")
+    ap.add_argument("--families", default=None, help="TextCraft families of the tasks, comma-separated (default: the "
+                                                     "recipe's depth2; e.g. depth2,depth3,depth4: mixed lengths)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a = ap.parse_args(argv)
     bad = [m for m in a.modes.split(",") if m not in ("lockstep", "continuous")]
     if bad:
         print(f"agentrl bench async: --modes {','.join(bad)}: each must be lockstep or continuous", file=sys.stderr)
         return 2
+    common = ["--use_vllm", "true"] if a.engine == "vllm" else []
+    if a.engine == "vllm":
+        from agentrl.sampling.vllm_engine import vllm_python, vllm_venv
+
+        if vllm_python() is None:
+            print(f"agentrl bench async: --engine vllm: no vLLM venv at {vllm_venv()} (make vllm-venv)", file=sys.stderr)
+            return 2
+    if a.families:
+        common += ["--task_families", *a.families.split(",")]
     work = Path(a.work or tempfile.mkdtemp(prefix="agentrl_bench_async_"))
     work.mkdir(parents=True, exist_ok=True)
     if a.warm:
@@ -102,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         goals = json.loads(Path(a.goals).read_text())["goals"] if a.goals else list(range(4))
     else:
         sft, goals = _warm(work / "warm")
-    results = [run_one(f"sync_t{t}", sft, goals, a.steps, int(t), [], work) for t in a.sync_threads.split(",")]
+    results = [run_one(f"sync_t{t}", sft, goals, a.steps, int(t), [], work, common) for t in a.sync_threads.split(",")]
     for mode in a.modes.split(","):
         for k in a.staleness.split(","):
             results.append(run_one(f"{'async' if mode == 'lockstep' else 'cont'}_k{k}", sft, goals, a.steps, 1,
                                    ["--rollout_mode", "async", "--max_staleness", k, "--async_producer_threads", "1",
-                                    "--producer_mode", mode], work))
+                                    "--producer_mode", mode], work, common))
     base = min((r for r in results if r["run"].startswith("sync")), key=lambda r: r["step_s"])
     for r in results:
         r["speedup_vs_best_sync"] = base["step_s"] / r["step_s"]
@@ -128,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         corr = {k.split("/")[1]: round(v, 4) for k, v in r.items() if k.startswith("correction/")}
         if corr:
             print(f"{r['run']}: rollout correction {corr}")
-    print(f"({a.steps} steps per run, medians after the first; {len(goals)} practised goals; runs in {work})")
+    for r in results:
+        if "turn_requests_per_step" in r:
+            print(f"{r['run']}: {r['turn_requests_per_step']:.0f} turn requests per step (each turn its own request)")
+    print(f"({a.steps} steps per run, medians after the first; {len(goals)} practised goals; engine {a.engine}"
+          f"{'; families ' + a.families if a.families else ''}; runs in {work})")
     return 0
 
 
