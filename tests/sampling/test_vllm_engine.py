@@ -241,3 +241,36 @@ def test_continuous_play_on_vllm_requests(engine, model_dir):
     key = (request_key("long/1"), 3)
     engine.submit([requests.sent[key]], spec, seeds=[sampling_seed(2, *key)])
     assert _drain(engine, 1)[0][0].completion_ids == eps["long/1"].steps[3].action_token_ids
+
+
+def test_policy_generation_loads_a_new_version_between_requests(engine, model_dir):
+    # the producer's generation (PolicyGeneration.submit/poll): requests submitted before the
+    # learner's new version run on the old weights; those submitted after it are held until the
+    # old ones have drained, then the engine loads the new version and they run on it; each
+    # comes back with the version that drew all of its tokens
+    from accelerate import Accelerator
+    from transformers import GenerationConfig
+
+    from agentrl.producer.generation import GenerationSetup, PolicyGeneration
+
+    model, version = _hf(model_dir), [10]
+    spec = SamplingSpec(max_new_tokens=24)
+    setup = GenerationSetup(model=lambda: model, accelerator=Accelerator(cpu=True), pad_id=0, eos_ids=[],
+                            generation_config=GenerationConfig(max_new_tokens=24), engine="vllm", vllm=engine, spec=spec)
+    gen = PolicyGeneration(setup, version=lambda: version[0])
+    assert gen.submits
+    old = gen.submit(PROMPTS[:2], [(1, 0), (2, 0)])  # version 10 loaded first (the engine held another)
+    assert engine.loaded_version() == 10
+    _nudged(model, seed=5)
+    version[0] = 11  # the learner's next version arrives while those generate
+    new = gen.submit(PROMPTS[2:], [(3, 0), (4, 0)])
+    assert engine.unfinished() == 2  # held: the old requests are in flight
+    done = {}
+    while len(done) < 4:
+        done.update((f.request_id, f) for f in gen.poll(timeout=None))
+    assert [done[i].version for i in old + new] == [10, 10, 11, 11]
+    assert engine.loaded_version() == 11 and gen.requests == 4
+    # the held ones ran on version 11's weights: their keys (run seed 0, rank 0, training) alone
+    # on the engine, now at 11, draw the same tokens
+    engine.submit(PROMPTS[2:3], spec, seeds=[sampling_seed(0, 0, 1, 3, 0)])
+    assert _drain(engine, 1)[0][0].completion_ids == done[new[0]].completion_ids
