@@ -7,7 +7,10 @@ tiny model's 16 (``Unsupported CPU attention configuration: head_dim=16``).
 What is proven: weight sync (after ``load_weights`` of a version, vLLM's greedy continuations are
 HF greedy decoding's with those weights, and not the previous version's), and the sampled tokens'
 processed log-probs equal the learner's recomputation (an HF fp32 forward scored under the same
-processing, ``agentrl.sampling.processed_logprobs``) within a tolerance measured here.
+processing, ``agentrl.sampling.processed_logprobs``) within a tolerance measured here. Requests
+(``submit`` / ``poll``, continuous batching): they finish on their own, follow their keys whatever
+they are batched with, carry the version that drew them, and a load waits for none in flight;
+``ContinuousPlay`` and the producer's ``PolicyGeneration`` on them.
 """
 
 from __future__ import annotations
