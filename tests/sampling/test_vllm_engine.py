@@ -195,20 +195,24 @@ def test_requests_finish_on_their_own_and_follow_their_keys(engine, model_dir):
     assert _drain(engine, 1)[0][0].completion_ids == ids[1]
 
 
-def test_continuous_play_on_vllm_requests(engine, model_dir):
+@pytest.mark.parametrize("workers", [0, 2], ids=["inline", "env-workers"])
+def test_continuous_play_on_vllm_requests(engine, model_dir, workers):
     # episodes of 5, 1 and 2 turns in 4 slots (the counting env with a length per task): each
     # turn a request of its own; the short groups end first, the second one in the slots the
     # first freed, while the long episodes go on; every turn records vLLM's tokens, their
-    # processed log-probs and the version the engine held
+    # processed log-probs and the version the engine held; the env steps run here or in the env
+    # pool's worker processes
     from transformers import AutoTokenizer
 
     import tests.trainer.count_env  # noqa: F401  (registers agentrl-test/Count-v0)
     from agentrl.rollout import RolloutSettings
     from agentrl.rollout.continuous import ContinuousPlay, EngineRequests, request_key
-    from agentrl.rollout.env_pool import LocalEnvs
+    from agentrl.rollout.env_pool import LocalEnvs, WorkerEnvs
 
     class Recorded(EngineRequests):
-        sent: dict = {}
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.sent = {}
 
         def submit(self, prompts, keys):
             ids = super().submit(prompts, keys)
@@ -218,7 +222,8 @@ def test_continuous_play_on_vllm_requests(engine, model_dir):
     engine.load_weights(_nudged(_hf(model_dir), seed=4).state_dict(), version=8)
     tok = AutoTokenizer.from_pretrained(model_dir)
     spec = SamplingSpec(temperature=0.9, max_new_tokens=6, end_token_ids=(tok.eos_token_id,))
-    envs = LocalEnvs("agentrl-test/Count-v0", {}, 4)
+    envs = (WorkerEnvs("agentrl-test/Count-v0", {}, 4, workers=workers, timeout_s=120) if workers
+            else LocalEnvs("agentrl-test/Count-v0", {}, 4))
     requests = Recorded(engine, spec, seed=2)
     play = ContinuousPlay(None, tok, RolloutSettings("agentrl-test/Count-v0", max_turns=8, max_prompt_tokens=100_000),
                           envs, 4, requests=requests)
