@@ -20,7 +20,7 @@ generator, which a concurrent call would draw from). ``--engine vllm`` serves th
 vLLM engine (``agentrl.sampling.vllm_engine``, vLLM's CPU build in its venv; ``BatchedEngine``):
 each request joins those in flight in vLLM's continuous batching (or, on an engine with a
 blocking ``generate`` only, requests that arrive while a call runs are batched into the next),
-and a reply is streamed token by token once it is finished (the engine hands back whole replies;
+and its tokens are streamed as vLLM draws them (read from the engine every ``POLL_S``;
 ``top_logprobs`` is not served there). Log-probs are those of the distribution each token was
 drawn from (temperature and top-p applied). Tool calls are not implemented.
 """
@@ -301,15 +301,14 @@ class Delta:
 
 
 class _Job:
-    """One request's prompts waiting for ``BatchedEngine``'s next call; ``result`` is (ids,
-    log-probs) or the exception the call raised, set before ``done``."""
+    """One request's prompts in ``BatchedEngine``: its rows' tokens reach ``stream`` through
+    ``updates`` as (row, ids so far, their log-probs, finished), or the exception the engine raised."""
 
     def __init__(self, prompts: list[list[int]], spec: "SamplingSpec", seed: int | None):
         self.prompts, self.spec, self.seed = prompts, spec, seed
-        self.result: Any = None
+        self.updates: queue.Queue = queue.Queue()
         self.left = 0
         """Rows still generating (``BatchedEngine``'s submitted requests)."""
-        self.done = threading.Event()
 
     def key(self) -> tuple:
         """Jobs with equal keys share a call: the same spec and, when sampled with a seed, only
@@ -318,24 +317,29 @@ class _Job:
 
 
 class BatchedEngine:
-    """``ChatModel``'s engine over one that hands back whole replies: agentrl's ``VLLMEngine``. One
-    thread talks to it. With the engine's ``submit`` / ``poll`` (the ``Engine`` protocol's
-    requests that finish on their own: vLLM's continuous batching) each request is submitted as it
-    arrives and joins those in flight; without them (``generate`` only) the thread takes every
-    request waiting when it is free, so requests that arrive while a call runs are batched into the
-    next (one call per ``_Job.key``). ``stream`` hands a reply over token by token once it is done."""
+    """``ChatModel``'s engine over agentrl's ``VLLMEngine`` (or any engine of the ``Engine``
+    protocol). One thread talks to it. With the engine's ``submit`` / ``poll`` (requests that
+    finish on their own: vLLM's continuous batching) each request is submitted as it arrives and
+    joins those in flight, and where the engine reports requests' tokens while they generate
+    (``progress``: the vLLM engine's) ``stream`` hands them over as they are drawn; without them
+    (``generate`` only) the thread takes every request waiting when it is free, so requests that
+    arrive while a call runs are batched into the next (one call per ``_Job.key``), and a reply is
+    handed over once its call returns."""
 
     serves_top_logprobs = False
     """The engine returns the drawn token's log-prob only."""
     own_random_stream = True
     """A seed keys the engine's own generators, not the process's: seeded requests need not run alone."""
     POLL_S = 0.05
-    """How long a poll waits for a finished request before new requests are submitted."""
+    """How long a poll waits for a finished request before the tokens so far are read and new
+    requests submitted (a streamed reply's chunks come at least this often)."""
 
     def __init__(self, engine: Any, continuous: bool | None = None):
         self.engine = engine
         self.continuous = hasattr(engine, "submit") and hasattr(engine, "poll") if continuous is None else continuous
         """Whether requests go through ``submit`` / ``poll`` (default: when the engine has them)."""
+        self.live = self.continuous and hasattr(engine, "progress")
+        """Whether tokens are handed over while their request generates."""
         self.batches: list[int] = []
         """How many requests the engine held together: per ``generate`` call, or per round of
         submissions, those then in flight (how concurrent requests were batched)."""
@@ -368,16 +372,17 @@ class BatchedEngine:
         try:
             ids, logps = self.engine.generate([p for j in group for p in j.prompts], group[0].spec, group[0].seed)
         except BaseException as e:  # each waiting request raises it
-            ids, logps = None, e
+            for j in group:
+                j.updates.put(e)
+            return
         finally:
             self.busy = False
-        self.batches.append(len(group))
+            self.batches.append(len(group))
         at = 0
         for j in group:
-            n = len(j.prompts)
-            j.result = logps if ids is None else (ids[at:at + n], logps[at:at + n])
-            at += n
-            j.done.set()
+            for row in range(len(j.prompts)):
+                j.updates.put((row, ids[at], logps[at], True))
+                at += 1
 
     def _requests(self) -> None:
         from agentrl.sampling import sampling_seed
@@ -399,12 +404,11 @@ class BatchedEngine:
                 # the same keys as VLLMEngine.generate's: row i of a request seeded s is keyed (s, i)
                 seeds = None if job.seed is None else [sampling_seed(job.seed, i) for i in range(len(job.prompts))]
                 try:
-                    ids = self.engine.submit(job.prompts, job.spec, seeds)
+                    ids = (self.engine.submit(job.prompts, job.spec, seeds, streamed=True) if self.live
+                           else self.engine.submit(job.prompts, job.spec, seeds))
                 except BaseException as e:
-                    job.result = e
-                    job.done.set()
+                    job.updates.put(e)
                     continue
-                job.result = ([[] for _ in ids], [[] for _ in ids])
                 job.left = len(ids)
                 rows.update((r, (job, i)) for i, r in enumerate(ids))
             if any(j is not None for j in taken):
@@ -415,36 +419,48 @@ class BatchedEngine:
                 self.busy = bool(rows)
 
     def _collect(self, rows: dict[int, tuple[_Job, int]]) -> None:
-        """The finished requests' tokens into their jobs; a job is done when all its rows are."""
+        """The tokens drawn since the last look (``live``) and the finished requests' into their
+        jobs."""
         try:
             finished = self.engine.poll(timeout=self.POLL_S)
+            drawn = self.engine.progress() if self.live else {}
         except BaseException as e:  # every request in flight raises it
-            for job, _ in rows.values():
-                job.result = e
-                job.done.set()
+            for job in {id(j): j for j, _ in rows.values()}.values():
+                job.updates.put(e)
             rows.clear()
             return
         for f in finished:
             job, i = rows.pop(f.request_id)
-            job.result[0][i], job.result[1][i] = f.completion_ids, f.logprobs
-            job.left -= 1
-            if not job.left:
-                job.done.set()
+            job.updates.put((i, f.completion_ids, f.logprobs, True))
+        for r, (ids, logps) in drawn.items():
+            if r in rows:
+                job, i = rows[r]
+                job.updates.put((i, ids, logps, False))
 
     def stream(self, prompts: list[list[int]], spec: "SamplingSpec", seed: int | None = None,
                top_logprobs: int = 0) -> Iterator[list[Any]]:
         """The rows' tokens step by step (``HFEngine.stream``'s shape: a ``Drawn`` per row, None
-        for a row that already ended), handed over once the call that generated them returns."""
+        for a row that already ended), each step as soon as every row still generating has drawn
+        its token (``live``), else once the reply is done."""
         from agentrl.sampling import Drawn
 
         job = _Job(prompts, spec, seed)
         self._jobs.put(job)
-        job.done.wait()
-        if isinstance(job.result, BaseException):
-            raise job.result
-        ids, logps = job.result
-        for k in range(max(map(len, ids), default=0)):
-            yield [Drawn(i[k], lp[k]) if k < len(i) else None for i, lp in zip(ids, logps, strict=True)]
+        n = len(prompts)
+        ids: list[list[int]] = [[] for _ in range(n)]
+        logps: list[list[float]] = [[] for _ in range(n)]
+        ended = [False] * n
+        k = 0
+        while True:
+            while k < max(map(len, ids)) and all(k < len(ids[r]) or ended[r] for r in range(n)):
+                yield [Drawn(ids[r][k], logps[r][k]) if k < len(ids[r]) else None for r in range(n)]
+                k += 1
+            if all(ended):
+                return
+            update = job.updates.get()
+            if isinstance(update, BaseException):
+                raise update
+            r, ids[r], logps[r], ended[r] = update
 
     def close(self) -> None:
         """Stop the calling thread (after the calls waiting) and the engine."""

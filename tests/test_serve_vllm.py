@@ -6,7 +6,8 @@ One vLLM server for the module (it imports vLLM and loads the model in about 60 
 default tiny model's 16: ``agentrl.sampling.vllm_heads``). What is proven over HTTP: greedy replies
 and their log-probs equal the HF engine's (1e-4), streaming gives the same text in per-token
 chunks, ``n``, ``stop``, seeded sampling repeating, and concurrent requests batched into one
-engine call with the replies each would get alone. ``BatchedEngine``'s batching is also checked
+engine call with the replies each would get alone, and tokens handed over while vLLM still
+generates the reply. ``BatchedEngine``'s batching is also checked
 without vLLM, over the HF engine's whole-reply ``generate``, and the refusals run without it too.
 """
 
@@ -103,6 +104,23 @@ def test_greedy_reply_and_logprobs_equal_the_hf_engines_and_stream_in_chunks(url
     pieces = [e["choices"][0]["delta"].get("content") for e in events if e["choices"]]
     assert _text(events) == want.text and sum(1 for p in pieces if p) >= 3
     assert events[-1]["usage"]["completion_tokens"] == want.tokens
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_tokens_stream_while_vllm_generates(vllm_chat):
+    from agentrl.serve_openai import ChatRequest
+
+    request = ChatRequest(messages=HI, temperature=0, max_tokens=300)
+    alone = vllm_chat.complete(request)
+    assert alone.completion_tokens == 300  # greedy, this model does not end its turn early
+    ids, max_new = vllm_chat.start(request)
+    it = vllm_chat.stream(request, ids, max_new)
+    head = next(it)
+    # the first text is out while vLLM still generates the reply (not handed over at its end)
+    assert vllm_chat.engine.live and vllm_chat.engine.engine.unfinished() == 1
+    rest = [head, *it]
+    assert "".join(d.text for d in rest) == alone.text and vllm_chat.engine.engine.unfinished() == 0
 
 
 @pytest.mark.slow

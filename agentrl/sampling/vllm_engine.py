@@ -20,8 +20,10 @@ sampling settings, floats and a file name cross it.
   version loaded when it was submitted. Each request's seed is its own generator in vLLM, so a
   request's random draws follow its key whatever it is batched with; its logits may still differ
   in the last bits with the batch around it (other kernels' shapes), so a token near a tie can
-  differ: keyed, not keyed-exact across batchings. ``load_weights`` and ``generate`` wait for no
-  request in flight (the server refuses them otherwise): a caller drains first.
+  differ: keyed, not keyed-exact across batchings. A request submitted ``streamed`` can be read
+  while it generates (``progress``: its tokens so far; ``agentrl serve --engine vllm`` streams
+  them). ``load_weights`` and ``generate`` wait for no request in flight (the server refuses
+  them otherwise): a caller drains first.
 * ``load_weights(state_dict, version)``: the learner's full weights (HF names; a LoRA policy's
   merged into its base, ``merged_state_dict``) written once to a safetensors file in shared memory
   and loaded in place by the model's own ``load_weights``; ``version`` is what was loaded last.
@@ -232,15 +234,17 @@ class VLLMEngine:
         cut = [cut_after_end(i, lp, spec.end_token_ids) for i, lp in zip(ids, logps, strict=True)]
         return [c[0] for c in cut], [[math.nan if x is None else x for x in c[1]] for c in cut]
 
-    def submit(self, prompts: list[list[int]], spec: SamplingSpec, seeds: list[int | None] | None = None) -> list[int]:
-        """Add one request per prompt to the engine (non-blocking); their ids (module docstring)."""
+    def submit(self, prompts: list[list[int]], spec: SamplingSpec, seeds: list[int | None] | None = None,
+               streamed: bool = False) -> list[int]:
+        """Add one request per prompt to the engine (non-blocking); their ids (module docstring).
+        ``streamed``: their tokens so far can be read while they generate (``progress``)."""
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError(f"submit: {len(seeds)} seeds for {len(prompts)} prompts")
         ids = list(range(self._next_id, self._next_id + len(prompts)))
         self._next_id += len(prompts)
         if prompts:
             self._ask("submit", ids, [list(map(int, p)) for p in prompts], sampling_params(spec),
-                      None if seeds is None else [None if x is None else int(x) for x in seeds])
+                      None if seeds is None else [None if x is None else int(x) for x in seeds], bool(streamed))
             self._ends.update((i, spec.end_token_ids) for i in ids)
         return ids
 
@@ -255,6 +259,15 @@ class VLLMEngine:
             c, lp = cut_after_end(ids, logps, self._ends.pop(i))
             out.append(Finished(i, c, [math.nan if x is None else x for x in lp], version))
         return out
+
+    def progress(self) -> dict[int, tuple[list[int], list[float]]]:
+        """The streamed requests in flight that drew tokens since the last call: id -> (their
+        tokens so far, those tokens' log-probs; NaN: unscored). Not cut: ``poll`` returns the
+        finished request, cut after its end token."""
+        if not self._ends:
+            return {}
+        return {i: (ids, [math.nan if x is None else x for x in lp])
+                for i, (ids, lp) in self._ask("progress").items() if i in self._ends}
 
     def unfinished(self) -> int:
         return len(self._ends)

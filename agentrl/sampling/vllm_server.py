@@ -14,9 +14,12 @@ once the model is loaded (or ``("error", text)``), then answers each request wit
     sampled token's log-prob under the processed distribution (``logprobs_mode='processed_logprobs'``:
     after temperature, min-p, top-k, top-p); ``params`` are ``vllm.SamplingParams`` keywords,
     ``seeds`` one per prompt (or None).
-``("submit", ids, prompts, params, seeds)``  requests added to the engine without waiting (ids:
-    the client's integers); the engine steps them between messages, so they generate while the
-    client does other work, each finishing on its own (continuous batching). Answers None.
+``("submit", ids, prompts, params, seeds[, streamed])``  requests added to the engine without
+    waiting (ids: the client's integers); the engine steps them between messages, so they generate
+    while the client does other work, each finishing on its own (continuous batching). Answers
+    None. ``streamed``: their tokens so far are kept after each step, for ``progress``.
+``("progress",)``  the streamed requests in flight that drew tokens since the last progress: id ->
+    (ids so far, their log-probs).
 ``("poll", timeout)``  the submitted requests finished since the last poll: (id, ids, log-probs,
     version at submission) each; while some are in flight and none has finished, the answer waits
     for one, up to ``timeout`` seconds (None: no limit).
@@ -68,7 +71,8 @@ def _engine(args: argparse.Namespace):
 
 
 def _completion(output) -> tuple[list[int], list[float]]:
-    """A finished ``RequestOutput``'s token ids and their log-probs."""
+    """A finished (or, reported cumulatively, unfinished) ``RequestOutput``'s token ids and their
+    log-probs."""
     c = output.outputs[0]
     # logprobs=0: each position's dict holds the sampled token (and nothing else)
     logps = [float(d[t].logprob) if d and t in d else float("nan")
@@ -86,6 +90,10 @@ class Server:
         """Submitted requests in flight: vLLM's request id -> the version loaded at submission."""
         self.done: list[tuple[int, list[int], list[float], int | None]] = []
         """Finished requests not yet polled."""
+        self.streamed: set[str] = set()
+        """Submitted requests in flight whose tokens so far are reported (``progress``)."""
+        self.progress: dict[int, tuple[list[int], list[float]]] = {}
+        """Streamed requests' tokens so far, since the last ``progress`` request."""
 
     def _idle(self, what: str) -> None:
         if self.running:
@@ -102,7 +110,8 @@ class Server:
         return [d[0] for d in done], [d[1] for d in done]
 
     # ------------------------------------------------------------------ continuous batching
-    def submit(self, ids: list[int], prompts: list[list[int]], params: dict, seeds: list[int | None] | None) -> None:
+    def submit(self, ids: list[int], prompts: list[list[int]], params: dict, seeds: list[int | None] | None,
+               streamed: bool = False) -> None:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -111,18 +120,32 @@ class Server:
             rid = f"agentrl-{int(i)}"
             if rid in self.running:
                 raise ValueError(f"request {i} is already in flight")
-            # FINAL_ONLY: step() reports a request once, when it has finished
-            sp = SamplingParams(**params, seed=None if seeds is None else seeds[j],
-                                output_kind=RequestOutputKind.FINAL_ONLY)
+            # FINAL_ONLY: step() reports a request once, when it has finished; CUMULATIVE (streamed):
+            # after every step, with all its tokens so far
+            kind = RequestOutputKind.CUMULATIVE if streamed else RequestOutputKind.FINAL_ONLY
+            sp = SamplingParams(**params, seed=None if seeds is None else seeds[j], output_kind=kind)
             self.llm.llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(p)), sp)
             self.running[rid] = self.version
+            if streamed:
+                self.streamed.add(rid)
 
     def step(self) -> None:
         """One engine step over the requests in flight; the finished ones move to ``done``."""
         for o in self.llm.llm_engine.step():
-            if o.finished and o.request_id in self.running:
+            if o.request_id not in self.running:
+                continue
+            i = int(o.request_id.rsplit("-", 1)[1])
+            if o.finished:
                 ids, logps = _completion(o)
-                self.done.append((int(o.request_id.rsplit("-", 1)[1]), ids, logps, self.running.pop(o.request_id)))
+                self.done.append((i, ids, logps, self.running.pop(o.request_id)))
+                self.streamed.discard(o.request_id)
+                self.progress.pop(i, None)
+            elif o.request_id in self.streamed:
+                self.progress[i] = _completion(o)
+
+    def take_progress(self) -> dict[int, tuple[list[int], list[float]]]:
+        progress, self.progress = self.progress, {}
+        return progress
 
     def take(self) -> list[tuple[int, list[int], list[float], int | None]]:
         done, self.done = self.done, []
@@ -134,6 +157,8 @@ class Server:
             self.llm.llm_engine.abort_request(rids)
         for r in rids:
             del self.running[r]
+            self.streamed.discard(r)
+            self.progress.pop(int(r.rsplit("-", 1)[1]), None)
         # finished and not polled: dropped too (the client has forgotten them)
         self.done = [d for d in self.done if ids is not None and d[0] not in set(map(int, ids))]
         return len(rids)
@@ -164,6 +189,8 @@ class Server:
             return self.submit(*msg[1:])
         if kind == "abort":
             return self.abort(*msg[1:])
+        if kind == "progress":
+            return self.take_progress()
         if kind == "load":
             return self.load(*msg[1:])
         if kind == "version":
