@@ -25,7 +25,9 @@ The learner side:
   checkpoint resumes it.
 * A checkpoint at step s holds the batches of iterations s .. s + k - 1 (played with weights older
   than the checkpoint's, so they cannot be replayed from it); a resumed producer starts at s + k
-  with the checkpoint's weights.
+  with the checkpoint's weights. In ``producer_mode: continuous`` it also holds the episodes in
+  flight (asked of the producer after those batches: ``agentrl.producer.continuous``) and every
+  batch delivered before them; the resumed producer goes on with those episodes.
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ class AsyncSource:
         self.proc = None
         self.restarts = 0
         self._cmd = self._out = self._beat = None
+        self.inflight: dict[str, Any] | None = None
+        """Continuous mode: the episodes in flight, from the producer (a save) or a checkpoint (a resume)."""
 
     @property
     def k(self) -> int:
@@ -178,7 +182,9 @@ class AsyncSource:
         self._beat = ctx.Value("d", 0.0)  # 0: starting (imports, the model), until its first beat
         self._started_at = time.time()
         first = max([first] + [b + 1 for b in self.received])
-        spec = replace(self.spec, first_iteration=first)
+        # a checkpoint's episodes in flight go to the first producer only (a restarted one replays)
+        inflight, self.inflight = self.inflight, None
+        spec = replace(self.spec, first_iteration=first, inflight=inflight)
         self.proc = ctx.Process(target=producer_main, args=(spec, self._cmd, self._out, self._beat), daemon=True,
                                 name=f"agentrl-producer-r{self.ranks.rank}")
         with _main_not_rerun():
@@ -262,8 +268,38 @@ class AsyncSource:
             if why is not None:
                 raise ProducerStop(why)
         data = {"step": step, "max_staleness": self.k, "batches": {b: self.received[b] for b in owed}}
+        if self.spec.config.get("producer_mode") == "continuous":
+            inflight = self._inflight() if self.proc is not None else self.inflight
+            if inflight is not None:  # every batch sent before the episodes in flight is owed too
+                data["inflight"] = inflight
+                data["batches"] = {b: p for b, p in self.received.items() if step <= b < inflight["next_batch"]}
         with open(Path(output_dir) / CHECKPOINT_FILE.format(rank=self.ranks.rank), "wb") as f:
             pickle.dump(data, f)
+
+    def _inflight(self) -> dict[str, Any]:
+        """The producer's episodes in flight, asked for now (the batches it sent before them are
+        then in ``received``); asked again of a producer restarted meanwhile."""
+        self.inflight, proc = None, None
+        while self.inflight is None:
+            if self.proc is not proc:
+                proc = self.proc
+                self._cmd.put(("snapshot",))
+            try:
+                msg = self._out.get(timeout=1.0)
+            except queue.Empty:
+                why = self._check_alive()
+                if why is not None:
+                    raise ProducerStop(why) from None
+                continue
+            if msg[0] == "batch":
+                self.received[msg[1]] = msg[2]
+            elif msg[0] == "inflight":
+                self.inflight = msg[1]
+            elif msg[0] == "error":
+                self._kill()
+                raise ProducerStop(f"async producer (rank {self.ranks.rank}) failed: {msg[1].strip().splitlines()[-1]}")
+        inflight, self.inflight = self.inflight, None
+        return inflight
 
     def load_checkpoint(self, checkpoint: str) -> None:
         """The batches a checkpoint owes the learner (none in a checkpoint of a synchronous run)."""
@@ -274,6 +310,7 @@ class AsyncSource:
             data = pickle.load(f)  # noqa: S301  (our own checkpoint file)
         self.received = dict(data["batches"])
         self.next_iteration = int(data["step"])
+        self.inflight = data.get("inflight")
 
 
 @contextlib.contextmanager

@@ -19,8 +19,17 @@ at once, in an env batch of that many iterations' slots:
 
 The learner side is unchanged (``AsyncSource``): batches arrive per iteration, with the same task
 rows; ``version`` of a batch is its oldest span's. Only algorithms whose ``roll_out`` is plain play
-run here (``async_refusal``). A checkpoint holds the batches owed, as in lock-step; episodes still
-in flight at a kill are played again from their reset on resume (not saved: issue 51 item 3).
+run here (``async_refusal``).
+
+A checkpoint holds the episodes in flight too: at a save the learner asks for them (``("snapshot",)``)
+and the producer answers between two ticks (or while it waits for weights) with ``("inflight",
+state)``: the next iteration it will deliver, the next it will submit, the group ids of the
+iterations submitted, and ``ContinuousPlay.checkpoint()`` (every episode's records so far, with
+tokens, behaviour log-probs and per-span versions, and its env's snapshot or resume kind). The
+learner saves it with the batches delivered before it; a resumed producer starts from it
+(``ContinuousPlay.resume``: each episode goes on from its last turn, its env restored by snapshot
+or replay, or played again from its reset where the env can do neither), so no episode is lost
+or played twice.
 """
 
 from __future__ import annotations
@@ -61,6 +70,24 @@ class ContinuousMode:
                                    timing=self.player.timing, requests=requests)
         self.groups: dict[int, list[str]] = {}
         """Submitted iteration -> its group ids in task order."""
+        self.b = self.nxt = s.first_iteration
+        """The next iteration to deliver, the next to submit."""
+        self.resumed: dict[str, int] | None = None
+        """How the episodes of a checkpoint's play were resumed (``ContinuousPlay.resume``), if any."""
+        if s.inflight is not None and s.inflight["next_batch"] == s.first_iteration:
+            self.nxt, self.groups = s.inflight["next_submit"], dict(s.inflight["groups"])
+            self.resumed = self.play.resume(s.inflight["play"])
+            print(f"agentrl producer (rank {s.rank}): resumed the episodes in flight at the checkpoint "
+                  f"({', '.join(f'{n} by {k}' for k, n in self.resumed.items())})", flush=True)
+        producer.answer_snapshot = self._answer_snapshot
+
+    def _answer_snapshot(self) -> None:
+        """The learner's save asked for the episodes in flight: sent between two ticks (see the module
+        docstring), after every batch already sent."""
+        self.p.snapshot_asked = False
+        self.p.out.put(("inflight", {"next_batch": self.b, "next_submit": self.nxt,
+                                     "groups": {b: list(g) for b, g in self.groups.items()},
+                                     "play": self.play.checkpoint()}))
 
     def _generate(self, prompts: list[list[int]]):
         g = self.player.generation
@@ -78,11 +105,17 @@ class ContinuousMode:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
-        p, b = self.p, self.p.spec.first_iteration
-        nxt, waited, t0 = b, 0.0, time.perf_counter()
+        p = self.p
+        waited, t0 = 0.0, time.perf_counter()
+        if self.groups:  # resumed with episodes in flight: weights at least as new as the ones they started on
+            if not p._wait_for(max(0, max(self.groups) - self.k)):
+                return
+            p._load(max(p.versions))
         while not p.stopped:
-            nxt, w = self._submit(nxt, b)
-            waited += w
+            if p.snapshot_asked:
+                self._answer_snapshot()
+            waited += self._submit()
+            b = self.b
             if p.stopped or b not in self.groups:
                 break
             with self._cast():
@@ -93,13 +126,14 @@ class ContinuousMode:
                 p.out.put(("batch", b, self._payload(b, [ep for g in groups for ep in g], busy, waited)))
                 p.heartbeat.value = time.time()
                 del self.groups[b]
-                b, waited, t0 = b + 1, 0.0, time.perf_counter()
+                self.b, waited, t0 = b + 1, 0.0, time.perf_counter()
 
-    def _submit(self, nxt: int, b: int) -> tuple[int, float]:
+    def _submit(self) -> float:
         """Submit iterations ``nxt`` .. ``b + ahead`` whose weights are here; for iteration ``b``
-        itself wait for them. Returns the next iteration to submit and the seconds waited."""
-        p, waited = self.p, 0.0
-        while nxt <= b + self.ahead and not p.stopped:
+        itself wait for them. Returns the seconds waited."""
+        p, waited, b = self.p, 0.0, self.b
+        while self.nxt <= b + self.ahead and not p.stopped:
+            nxt = self.nxt
             need = max(0, nxt - self.k)
             self._newest()
             if p.loaded is None or p.loaded < need:
@@ -113,8 +147,8 @@ class ContinuousMode:
             tasks = build_tasks(p.spec.plan.rows(nxt, p.spec.rank), nxt, p.spec.rank)
             self.groups[nxt] = list(dict.fromkeys(t["group_id"] for t in tasks))
             self.play.submit(tasks)
-            nxt += 1
-        return nxt, waited
+            self.nxt = nxt + 1
+        return waited
 
     def _payload(self, b: int, episodes: list, busy: float, waited: float) -> dict[str, Any]:
         """Iteration ``b``'s batch as the learner receives it (``Producer._play``'s payload)."""

@@ -10,8 +10,9 @@ process's model and env batch; sampling keyed on the iteration, not on the proce
 the episodes are the synchronous run's, and at any k a given (weights, iteration) pair gives the
 same episodes wherever it runs. Each episode leaves tagged with its policy version.
 
-Messages in (``cmd``): ``("weights", version, tensors)``, ``("stop",)``. Out (``out``):
-``("batch", b, payload)``, ``("error", text)``. ``heartbeat`` (a shared double) holds the time of
+Messages in (``cmd``): ``("weights", version, tensors)``, ``("stop",)``, ``("snapshot",)`` (continuous
+mode: the episodes in flight, for a checkpoint). Out (``out``): ``("batch", b, payload)``,
+``("inflight", state)``, ``("error", text)``. ``heartbeat`` (a shared double) holds the time of
 the last sign of progress: a generate call, an iteration's end, a poll while waiting for weights.
 """
 
@@ -61,6 +62,9 @@ class ProducerSpec:
     """``VLLMEngine``'s keywords when the run's ``use_vllm`` is served by it: the producer then owns an
     engine, and each version it loads reaches the engine before that version's first generate
     (``PolicyGeneration``: the whole model's weights, a LoRA adapter merged into its base)."""
+    inflight: dict[str, Any] | None = None
+    """``producer_mode: continuous``: a checkpoint's episodes in flight (``ContinuousMode``), to go on
+    with when ``first_iteration`` is the one they were saved before."""
 
 
 def producer_main(spec: ProducerSpec, cmd, out, heartbeat) -> None:
@@ -96,6 +100,9 @@ class Producer:
         self.versions: dict[int, dict[str, Any]] = {}
         self.loaded: int | None = None
         self.stopped = False
+        self.snapshot_asked = False
+        self.answer_snapshot = None
+        """Set by a play mode that can answer ``("snapshot",)`` (called while waiting for weights too)."""
         self.model = self._model()
         self.source = self._source()
         heartbeat.value = time.time()  # ready: from here on, silence means a hang
@@ -188,6 +195,8 @@ class Producer:
         parent = os.getppid()
         while not self.stopped:
             self._drain(block=False)
+            if self.snapshot_asked and self.answer_snapshot is not None:
+                self.answer_snapshot()  # the learner's save waits for it, and the weights wait for the save
             if version in self.versions:
                 return True
             if os.getppid() != parent:  # the learner is gone (where the kernel cannot tell us)
@@ -213,6 +222,8 @@ class Producer:
             self.versions[int(msg[1])] = msg[2]
         elif msg[0] == "stop":
             self.stopped = True
+        elif msg[0] == "snapshot":
+            self.snapshot_asked = True
 
     def _load(self, version: int) -> None:
         """The policy's weights to ``version`` (versions before it are dropped: never needed again)."""

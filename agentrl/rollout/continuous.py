@@ -279,8 +279,11 @@ class ContinuousPlay(_Rollout):
         play goes on): each running episode (its records: tokens, behaviour log-probs, per-span
         versions; the context's tokens; the slot's observation, info and history) with its env's
         resume kind and snapshot (``TextEnv.resume_kind``), the queued tasks, the ended episodes of
-        incomplete groups, the complete groups not taken, and the tick count (the key of the next
-        generate). ``resume`` on a fresh play continues from it."""
+        incomplete groups, the complete groups not taken, the records still owed a fingerprint
+        (``settings.fingerprints_after``), and the tick count (the key of the next generate). A
+        turn whose request is still generating (the request path) is not in it: the resumed play
+        submits it again, under the same key (episode, turn). ``resume`` on a fresh play continues
+        from it."""
         live = [s for s in self.slots if s.active]
         snaps = (self.envs.snapshot_many([s.i for s in live])
                  if live and hasattr(self.envs, "snapshot_many") else [("restart", None)] * len(live))
@@ -292,6 +295,7 @@ class ContinuousPlay(_Rollout):
             "slots": slots, "queue": list(self.queue), "size": dict(self.size), "order": dict(self.order),
             "ended": {g: [(o, _bare(ep)) for o, ep in eps] for g, eps in self.ended.items()},
             "complete": [[_bare(ep) for ep in g] for g in self.complete],
+            "fingerprints_owed": [(r.traj_id, r.t, list(p)) for r, p in self.fp_pending],
             "submitted": self.submitted, "ticks": self.ticks, "version": self.version})
 
     def resume(self, data: bytes) -> dict[str, int]:
@@ -324,6 +328,10 @@ class ContinuousPlay(_Rollout):
             self.queue.appendleft(self._task_of(s))
         live = {id(s) for s in done}
         self.slots = [slot for slot, _, _ in st["slots"] if id(slot) in live]
+        records = {(r.traj_id, r.t): r for ep in [s.ep for s in self.slots] + [ep for eps in self.ended.values()
+                                                                              for _, ep in eps] for r in ep.steps}
+        self.fp_pending = [(records[(tid, t)], p) for tid, t, p in st.get("fingerprints_owed", [])
+                           if (tid, t) in records]
         return {"snapshot": len([s for s in by_kind["snapshot"] if id(s) in live]),
                 "replay": len([s for s in by_kind["replay"] if id(s) in live]), "restart": len(restart)}
 
@@ -371,6 +379,7 @@ class ContinuousPlay(_Rollout):
 
     def _task_of(self, s: Slot) -> dict[str, Any]:
         return self._task_of_ep(s.ep)
+
 
 def _bare(ep: Episode) -> Episode:
     """``ep`` without its context (a tokenizer and the rollout's callables: it is made again on resume)."""
