@@ -345,7 +345,11 @@ class BatchedEngine:
         submissions, those then in flight (how concurrent requests were batched)."""
         self.busy = False
         """Whether the engine is generating."""
+        self.aborted = 0
+        """Requests the engine stopped because their reader had gone (a stop string written, a
+        client gone) while it still generated them."""
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._gone: queue.Queue[_Job] = queue.Queue()
         self._thread = threading.Thread(target=self._requests if self.continuous else self._calls,
                                         name="serve_batches", daemon=True)
         self._thread.start()
@@ -413,10 +417,25 @@ class BatchedEngine:
                 rows.update((r, (job, i)) for i, r in enumerate(ids))
             if any(j is not None for j in taken):
                 self.batches.append(len({id(j) for j, _ in rows.values()}))
+            self._drop_gone(rows)
             self.busy = bool(rows)
             if rows:
                 self._collect(rows)
                 self.busy = bool(rows)
+
+    def _drop_gone(self, rows: dict[int, tuple[_Job, int]]) -> None:
+        """Stop generating the requests whose reader has gone (the engine's ``abort`` where it has
+        one; else their results are dropped when they come)."""
+        while True:
+            try:
+                job = self._gone.get_nowait()
+            except queue.Empty:
+                return
+            ids = [r for r, (j, _) in rows.items() if j is job]
+            for r in ids:
+                del rows[r]
+            if ids and hasattr(self.engine, "abort"):
+                self.aborted += self.engine.abort(ids)
 
     def _collect(self, rows: dict[int, tuple[_Job, int]]) -> None:
         """The tokens drawn since the last look (``live``) and the finished requests' into their
@@ -430,8 +449,9 @@ class BatchedEngine:
             rows.clear()
             return
         for f in finished:
-            job, i = rows.pop(f.request_id)
-            job.updates.put((i, f.completion_ids, f.logprobs, True))
+            if f.request_id in rows:  # else its reader has gone
+                job, i = rows.pop(f.request_id)
+                job.updates.put((i, f.completion_ids, f.logprobs, True))
         for r, (ids, logps) in drawn.items():
             if r in rows:
                 job, i = rows[r]
@@ -451,16 +471,20 @@ class BatchedEngine:
         logps: list[list[float]] = [[] for _ in range(n)]
         ended = [False] * n
         k = 0
-        while True:
-            while k < max(map(len, ids)) and all(k < len(ids[r]) or ended[r] for r in range(n)):
-                yield [Drawn(ids[r][k], logps[r][k]) if k < len(ids[r]) else None for r in range(n)]
-                k += 1
-            if all(ended):
-                return
-            update = job.updates.get()
-            if isinstance(update, BaseException):
-                raise update
-            r, ids[r], logps[r], ended[r] = update
+        try:
+            while True:
+                while k < max(map(len, ids)) and all(k < len(ids[r]) or ended[r] for r in range(n)):
+                    yield [Drawn(ids[r][k], logps[r][k]) if k < len(ids[r]) else None for r in range(n)]
+                    k += 1
+                if all(ended):
+                    return
+                update = job.updates.get()
+                if isinstance(update, BaseException):
+                    raise update
+                r, ids[r], logps[r], ended[r] = update
+        finally:
+            if not all(ended):  # closed early: a stop string was written, or the client has gone
+                self._gone.put(job)
 
     def close(self) -> None:
         """Stop the calling thread (after the calls waiting) and the engine."""

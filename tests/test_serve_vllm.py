@@ -125,7 +125,7 @@ def test_tokens_stream_while_vllm_generates(vllm_chat):
 
 @pytest.mark.slow
 @needs_vllm
-def test_n_choices_seeded_sampling_and_a_stop_string(url):
+def test_n_choices_seeded_sampling_and_a_stop_string(url, vllm_chat):
     two = _post(url, temperature=1.5, max_tokens=10, n=2, seed=5)
     a, b = (c["message"]["content"] for c in two["choices"])
     assert [c["index"] for c in two["choices"]] == [0, 1] and a and b
@@ -140,6 +140,15 @@ def test_n_choices_seeded_sampling_and_a_stop_string(url):
     c = _post(url, temperature=0, max_tokens=16, stop=[stop])["choices"][0]
     assert c["message"]["content"] == whole[:whole.find(stop)] and c["finish_reason"] == "stop"
     assert _text(_stream(url, temperature=0, max_tokens=16, stop=stop)) == whole[:whole.find(stop)]
+    # a reply cut by its stop string early is not generated on to max_tokens: the engine aborts it
+    aborted = vllm_chat.engine.aborted
+    c = _post(url, temperature=0, max_tokens=300, stop=[stop])["choices"][0]
+    assert c["message"]["content"] == whole[:whole.find(stop)]
+    for _ in range(200):  # the engine's thread aborts it at its next round (every 50 ms)
+        if vllm_chat.engine.aborted > aborted:
+            break
+        threading.Event().wait(0.01)
+    assert vllm_chat.engine.aborted == aborted + 1 and vllm_chat.engine.engine.unfinished() == 0
 
 
 @pytest.mark.slow

@@ -272,12 +272,16 @@ class VLLMEngine:
     def unfinished(self) -> int:
         return len(self._ends)
 
-    def abort(self) -> int:
-        """Drop every submitted request still in flight (their results never come); their number."""
-        if not self._ends or self._conn is None:
+    def abort(self, ids: list[int] | None = None) -> int:
+        """Drop the submitted requests ``ids`` still in flight (None: all of them; their results
+        never come); the number the engine was still generating."""
+        if ids is not None:
+            ids = [i for i in ids if i in self._ends]
+        if not self._ends or self._conn is None or ids == []:
             return 0
-        self._ends.clear()
-        return self._ask("abort", None)
+        for i in self._ends.copy() if ids is None else ids:
+            self._ends.pop(i)
+        return self._ask("abort", ids)
 
     def load_weights(self, state_dict: dict[str, Any], version: int) -> int:
         """The learner's weights (a full state dict, HF names) loaded in place as ``version``;
