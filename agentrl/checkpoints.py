@@ -6,14 +6,21 @@ killed during a save fails to resume. Here every checkpoint is written under
 ``output_dir/checkpoint-N`` by the main process: a rename within one file system is atomic, so a
 ``checkpoint-N`` folder is complete or absent. ``newest_complete`` also checks folders from older
 versions or copied by hand and says which it skipped and why. Failure modes: docs/training.md.
+
+What agentrl adds to a checkpoint is a list of parts behind one interface (``Checkpointed``: a file
+name and its state), written and read by one loop (``save_parts`` / ``load_parts``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 PREFIX = "checkpoint-"
 STAGING = ".partial"
@@ -174,3 +181,86 @@ def identity_mismatch(folder: str | Path, identity: dict) -> str | None:
             return (f"{Path(folder).name} is a checkpoint of a run with {k} {old!r}, this recipe has {v!r}: "
                     "resume with the checkpoint's recipe, or start a new output_dir")
     return None
+
+
+# ---------------------------------------------------------------------- the parts agentrl adds
+@runtime_checkable
+class Checkpointed(Protocol):
+    """A part of a checkpoint: its file in the checkpoint folder and its state. ``{rank}`` in the
+    file name: every rank writes its own; else the main process writes the one file. The suffix says
+    the format: ``.json``, ``.pt`` (``torch.save``, read back with ``weights_only``) or ``.pkl``.
+    Optional attributes: ``required`` (why a checkpoint without the file cannot be resumed; without
+    it a missing file leaves the part as it is, as for a checkpoint from before the part was kept)
+    and ``map_location`` (where ``.pt`` tensors are loaded; default the CPU). ``load_state_dict``
+    refuses a checkpoint of another kind of run with a one-line ``ValueError``."""
+
+    file: str
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+@dataclass
+class Part:
+    """A ``Checkpointed`` over an object with ``state_dict`` / ``load_state_dict`` of its own."""
+
+    file: str
+    of: Any
+    required: str | None = None
+    map_location: Any = "cpu"
+
+    def state_dict(self) -> Any:
+        return self.of.state_dict()
+
+    def load_state_dict(self, state: Any) -> None:
+        self.of.load_state_dict(state)
+
+
+def _write_part(path: Path, state: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".json":
+        path.write_text(json.dumps(state))
+    elif path.suffix == ".pt":
+        import torch
+
+        torch.save(state, path)
+    else:
+        with open(path, "wb") as f:
+            pickle.dump(state, f)
+
+
+def _read_part(path: Path, map_location: Any) -> Any:
+    if path.suffix == ".json":
+        return json.loads(path.read_text())
+    if path.suffix == ".pt":
+        import torch
+
+        return torch.load(path, map_location=map_location, weights_only=True)
+    with open(path, "rb") as f:
+        return pickle.load(f)  # noqa: S301  (our own checkpoint file)
+
+
+def save_parts(parts: Iterable[Checkpointed], folder: str | Path, rank: int, main: bool) -> None:
+    """Every part's state into its file in ``folder`` (a part of every rank on every rank, the
+    others on the main process only)."""
+    for part in parts:
+        if "{rank}" in part.file or main:
+            _write_part(Path(folder) / part.file.format(rank=rank), part.state_dict())
+
+
+def load_parts(parts: Iterable[Checkpointed], folder: str | Path, rank: int) -> None:
+    """Every part's state from its file in ``folder``, in order; a missing file leaves the part as it
+    is unless the part is ``required`` (then one line: why the checkpoint cannot be resumed)."""
+    from agentrl.recipe_file import RecipeError
+
+    for part in parts:
+        name = part.file.format(rank=rank)
+        path = Path(folder) / name
+        if path.is_file():
+            try:
+                part.load_state_dict(_read_part(path, getattr(part, "map_location", "cpu")))
+            except ValueError as e:  # a part refuses a checkpoint of another run with a one-line ValueError
+                raise RecipeError(str(e)) from None
+        elif getattr(part, "required", None):
+            raise RecipeError(f"{folder} has no {name}: {part.required}")

@@ -10,7 +10,8 @@ by role and its optimizer steps take the roles in turn, each with its policy act
 
 Checkpoints add ``collab_state.pt`` (parked weights and optimizer states, CCPO's statistics, the
 schedule; under ZeRO-3 the parked partitions go to ``collab_policies_rank{r}.pt``, one per rank,
-and a resume needs the same number of processes). The final model folder also holds
+and a resume needs the same number of processes) and ``role_models/<role>.pt``: parts the trainer
+saves and loads in its one loop (``checkpointed``). The final model folder also holds
 ``collab.json`` and every policy as ``policies/<name>/`` for evaluation.
 """
 
@@ -26,7 +27,7 @@ from agentrl.algorithms.role_steps import RoleSchedule, RoleSteps
 from agentrl.algorithms.runner import UpdateRunner
 from agentrl.collab import Collaboration, to_dict
 from agentrl.credit.collab import CcpoState
-from agentrl.policies import CheckpointMismatch, PolicyStore
+from agentrl.policies import PolicyStore
 from agentrl.recipe_file import RecipeError
 from agentrl.rollout.rows import episode_rows, per_episode
 
@@ -135,34 +136,15 @@ class CollabRunner(UpdateRunner):
         return {"policies": self.policies.state_dict(lr.ranks.world), "ccpo": ccpo.state_dict(),
                 "schedule": asdict(self.schedule), "global_step": lr.step}
 
-    def save_checkpoint(self, output_dir: str) -> None:
-        import torch
+    def checkpointed(self) -> list:
+        """``collab_state.pt`` (first: it checks the schedule and the process count), then the policy
+        store's own files (``PolicyStore.checkpointed``)."""
+        return [_CollabState(self), *self.policies.checkpointed()]
 
-        lr = self.learner
-        self.policies.save(output_dir, lr.ranks.rank, lr.should_save)
-        if lr.should_save:
-            torch.save(self.checkpoint_state(), Path(output_dir) / COLLAB_STATE)
-
-    def load_checkpoint(self, checkpoint: str) -> CcpoState:
-        """The checkpoint's policies (into the store); returns CCPO's statistics (the trainer's
-        algorithm state, which the trainer puts back); RecipeError for a checkpoint of another kind
-        of run or schedule."""
-        import torch
-
-        lr = self.learner
-        path = Path(checkpoint) / COLLAB_STATE
-        if not path.is_file():
-            raise RecipeError(f"{checkpoint} has no {COLLAB_STATE}: not a checkpoint of a collaboration run")
-        d = torch.load(path, map_location="cpu", weights_only=True)
-        saved = RoleSchedule(tuple(d["schedule"]["roles"]), d["schedule"]["kind"], d["schedule"]["block_steps"])
-        if saved != self.schedule:
-            raise RecipeError(f"resume: the checkpoint's role schedule {asdict(saved)} differs from this run's "
-                              f"{asdict(self.schedule)}")
-        try:
-            self.policies.load(d["policies"], checkpoint, lr.ranks.rank, lr.ranks.world)
-        except CheckpointMismatch as e:
-            raise RecipeError(str(e)) from None
-        return CcpoState.from_state_dict(d["ccpo"])
+    def restored_state(self) -> CcpoState | None:
+        """CCPO's statistics the last loaded checkpoint held (the trainer puts them back), once."""
+        out, self._restored = getattr(self, "_restored", None), None
+        return out
 
     def model_files(self, output_dir: str, write) -> None:
         """``collab.json`` and every policy as ``policies/<name>/`` (role models with their tokenizer);
@@ -184,3 +166,28 @@ class CollabRunner(UpdateRunner):
         for name in self.policies.names:
             with self.policies.use_policy(name):
                 write(str(out / "policies" / name))
+
+
+class _CollabState:
+    """``collab_state.pt``: the parked policies (or, under ZeRO-3, their process count), CCPO's
+    statistics, the role schedule and the step (``agentrl.checkpoints.Checkpointed``)."""
+
+    file = COLLAB_STATE
+    required = "not a checkpoint of a collaboration run"
+
+    def __init__(self, runner: CollabRunner):
+        self.runner = runner
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.runner.checkpoint_state()
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """RecipeError for a checkpoint of another role schedule; CheckpointMismatch (a ValueError) for
+        one of another number of ZeRO-3 processes."""
+        r = self.runner
+        saved = RoleSchedule(tuple(d["schedule"]["roles"]), d["schedule"]["kind"], d["schedule"]["block_steps"])
+        if saved != r.schedule:
+            raise RecipeError(f"resume: the checkpoint's role schedule {asdict(saved)} differs from this run's "
+                              f"{asdict(r.schedule)}")
+        r.policies.load_saved(d["policies"], "the checkpoint", r.learner.ranks.world)
+        r._restored = CcpoState.from_state_dict(d["ccpo"])

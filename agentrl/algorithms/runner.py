@@ -8,7 +8,7 @@ roles: ``agentrl.algorithms.collab_runner``) has its own runner; nobody else's i
 The trainer calls, per iteration: ``rows`` (episodes -> balanced rows), ``micro_batches`` (the
 packed rows -> the update's micro-batches), ``policy`` around the no-grad forwards of a
 micro-batch (old log-probs), ``begin_micro_step`` / ``end_micro_step`` around each training
-micro-step; and ``save_checkpoint`` / ``load_checkpoint`` / ``model_files`` for the run folder. A
+micro-step; and ``checkpointed`` / ``restored_state`` / ``model_files`` for the run folder. A
 runner is given the ``Learner`` handle (``agentrl.algorithms.learner``), not the trainer, and plain
 data in each call (it never calls back into the trainer); it makes rows with
 ``agentrl.rollout.rows`` itself.
@@ -91,12 +91,14 @@ class UpdateRunner:
         """After a training micro-step (the trainer's ``skip_update`` says whether the optimizer
         step that ends here was refused by the non-finite guard)."""
 
-    def save_checkpoint(self, output_dir: str) -> None:
-        """Nothing beyond the trainer's checkpoint."""
+    def checkpointed(self) -> list:
+        """The runner's checkpoint parts (``agentrl.checkpoints.Checkpointed``): none beyond the
+        trainer's checkpoint."""
+        return []
 
-    def load_checkpoint(self, checkpoint: str) -> Any:
-        """Nothing beyond the trainer's checkpoint. Returns the algorithm state the checkpoint holds
-        for the trainer to put back (None: none)."""
+    def restored_state(self) -> Any:
+        """The algorithm state the last loaded checkpoint held, for the trainer to put back (None:
+        none)."""
         return None
 
     def model_files(self, output_dir: str, write: Callable[[str], None]) -> None:

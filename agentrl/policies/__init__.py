@@ -13,19 +13,17 @@ of three places:
 ``PolicyStore`` gives every role the same questions: ``use(role)`` (its weights in place for a
 generation), ``activate(role)`` (it becomes the trained policy: weights and optimizer state),
 ``use_policy(name)`` (the same by policy name), ``generate(role, prompts)``, ``tokenizer(role)``, ``loss_model(role)``, ``role_model(role)`` (its
-own model, if any), ``state_dict`` / ``save`` / ``load`` for checkpoints.
+own model, if any), ``state_dict`` / ``checkpointed`` / ``load_saved`` for checkpoints.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import torch
-
-from agentrl.policies.separate import RoleModel, load_role_models, save_role_models
+from agentrl.checkpoints import Part
+from agentrl.policies.separate import ROLE_MODELS_DIR, RoleModel
 from agentrl.policies.swap import PolicyNames, SwappedPolicies
 from agentrl.policies.swap_zero3 import Zero3SwappedPolicies
 
@@ -123,29 +121,24 @@ class PolicyStore:
         process count (each rank writes its own partitions, ``save``)."""
         return {"per_rank": num_processes} if self.zero3 else self.swaps.state_dict()
 
-    def save(self, output_dir: str, rank: int, main: bool) -> None:
-        """This rank's ZeRO-3 partitions; on the main process the role models' weights and optimizers."""
-        if self.zero3:
-            Path(output_dir).mkdir(parents=True, exist_ok=True)
-            torch.save(self.swaps.state_dict(), Path(output_dir) / ZERO3_PARTITIONS.format(rank=rank))
-        if main:
-            save_role_models(self.role_models, output_dir)
+    def checkpointed(self) -> list[Part]:
+        """The store's own checkpoint files (``agentrl.checkpoints.Checkpointed``): under ZeRO-3 each
+        rank's parked partitions; each role model's weights and optimizer state (main process)."""
+        parts = [Part(ZERO3_PARTITIONS, self.swaps, required="not a checkpoint of this ZeRO-3 run's policies")
+                 ] if self.zero3 else []
+        return parts + [Part(f"{ROLE_MODELS_DIR}/{role}.pt", rm, required="not a checkpoint of this collab_models run",
+                             map_location=next(rm.model.parameters()).device)
+                        for role, rm in self.role_models.items()]
 
-    def load(self, saved: dict[str, Any], checkpoint: str, rank: int, num_processes: int) -> None:
-        """Back to a checkpoint's state (``saved``: what ``state_dict`` gave); ``CheckpointMismatch``
-        when it was written by another number of ZeRO-3 processes or lacks a role model's file."""
-        if self.zero3:
-            if saved.get("per_rank") != num_processes:
-                raise CheckpointMismatch(f"resume: {checkpoint} holds separate policies' ZeRO-3 partitions of "
-                                         f"{saved.get('per_rank')} processes, this run has {num_processes}")
-            part = Path(checkpoint) / ZERO3_PARTITIONS.format(rank=rank)
-            self.swaps.load_state_dict(torch.load(part, map_location="cpu", weights_only=True))
-        else:
+    def load_saved(self, saved: dict[str, Any], checkpoint: str, num_processes: int) -> None:
+        """Back to a checkpoint's parked policies (``saved``: what ``state_dict`` gave; under ZeRO-3
+        the partitions are a part of their own, ``checkpointed``); ``CheckpointMismatch`` when it was
+        written by another number of ZeRO-3 processes."""
+        if not self.zero3:
             self.swaps.load_state_dict(saved)
-        try:
-            load_role_models(self.role_models, checkpoint)
-        except (FileNotFoundError, ValueError) as e:
-            raise CheckpointMismatch(str(e)) from None
+        elif saved.get("per_rank") != num_processes:
+            raise CheckpointMismatch(f"resume: {checkpoint} holds separate policies' ZeRO-3 partitions of "
+                                     f"{saved.get('per_rank')} processes, this run has {num_processes}")
 
 
 __all__ = ["CheckpointMismatch", "PolicyNames", "PolicyStore", "RoleModel", "SwappedPolicies", "Zero3SwappedPolicies",

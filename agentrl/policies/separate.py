@@ -26,7 +26,6 @@ One process only: the second model is not wrapped for DDP and ZeRO-3 would parti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -146,19 +145,3 @@ def load_role_model(role: str, path: str, learner) -> RoleModel:
     engine = {k: v for k, v in (("cache_implementation", sampling["generation_kwargs"].get("cache_implementation")),
                                 ("bos_token_id", tok.bos_token_id)) if v is not None}
     return RoleModel(role, path, model, tok, optimizer, spec, engine, checkpointing)
-
-
-def save_role_models(models: dict[str, RoleModel], checkpoint: str | Path) -> None:
-    out = Path(checkpoint) / ROLE_MODELS_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    for role, rm in models.items():
-        torch.save(rm.state_dict(), out / f"{role}.pt")
-
-
-def load_role_models(models: dict[str, RoleModel], checkpoint: str | Path) -> None:
-    for role, rm in models.items():
-        path = Path(checkpoint) / ROLE_MODELS_DIR / f"{role}.pt"
-        if not path.is_file():
-            raise FileNotFoundError(f"{checkpoint} has no {ROLE_MODELS_DIR}/{role}.pt: not a checkpoint of this "
-                                    "collab_models run")
-        rm.load_state_dict(torch.load(path, map_location=next(rm.model.parameters()).device, weights_only=True))

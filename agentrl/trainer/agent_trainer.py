@@ -44,6 +44,7 @@ from trl import GRPOTrainer
 from agentrl import losses
 from agentrl.algorithms import Advantages, Algorithm, async_refusal, for_config
 from agentrl.algorithms.learner import Learner
+from agentrl.checkpoints import Checkpointed, Part, load_parts, save_parts
 from agentrl.config import AgentRLConfig, credit_kwargs
 from agentrl.losses import LossBatch
 from agentrl.producer import GenerationSetup, Player, PolicyGeneration, RolloutBatch, SyncSource
@@ -540,38 +541,36 @@ class AgentGRPOTrainer(GRPOTrainer):
         if why:
             raise RecipeError(f"resume: {why}")
 
+    def checkpointed(self) -> list[Checkpointed]:
+        """What agentrl adds to a checkpoint, in the order it is read back: the guard's, the
+        env-failure watch's and the zero-signal watch's counts, then the runner's parts (a
+        collaboration's policies and CCPO's statistics, ``agentrl.checkpoints.Checkpointed``)."""
+        return [Part(GUARD_FILE, self.guard), Part(ENV_FAILURES_FILE, self.env_failures),
+                Part(ZERO_SIGNAL_FILE, self.zero_signal), *self.runner.checkpointed()]
+
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        """TRL's optimizer and scheduler, then the guard's, the env-failure watch's and the
-        zero-signal watch's counts, the checkpoint's identity and the runner's part."""
+        """TRL's optimizer and scheduler, then every part (``checkpointed``) in one loop, the
+        checkpoint's identity, and the batches an asynchronous producer owes the learner."""
         from agentrl.checkpoints import write_identity
 
         super()._save_optimizer_and_scheduler(output_dir)
         self._sync_state()
+        save_parts(self.checkpointed(), output_dir, self.accelerator.process_index, self.args.should_save)
         if self.args.should_save:
-            (Path(output_dir) / GUARD_FILE).write_text(json.dumps(self.guard.state_dict()))
-            (Path(output_dir) / ENV_FAILURES_FILE).write_text(json.dumps(self.env_failures.state_dict()))
-            (Path(output_dir) / ZERO_SIGNAL_FILE).write_text(json.dumps(self.zero_signal.state_dict()))
             write_identity(output_dir, self.identity())
-        self.runner.save_checkpoint(output_dir)
-        if hasattr(self.source, "save_checkpoint"):  # what an asynchronous producer owes the learner
+        if hasattr(self.source, "save_checkpoint"):  # (its own file: issue 51 adds its episodes in flight)
             self.source.save_checkpoint(output_dir, self.state.global_step)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        """TRL's optimizer and scheduler, then the guard's and env-failure counts and the runner's part."""
+        """TRL's optimizer and scheduler, then every part in one loop (a part whose file a checkpoint
+        lacks starts afresh, unless it is required); the algorithm state a part held goes back
+        into the learner state; then the producer's owed batches."""
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        guard = Path(checkpoint) / GUARD_FILE
-        if guard.is_file():
-            self.guard.load_state_dict(json.loads(guard.read_text()))
-        failures = Path(checkpoint) / ENV_FAILURES_FILE
-        if failures.is_file():  # (checkpoints from before the counts were kept start them afresh)
-            self.env_failures.load_state_dict(json.loads(failures.read_text()))
-        zero = Path(checkpoint) / ZERO_SIGNAL_FILE
-        if zero.is_file():
-            self.zero_signal.load_state_dict(json.loads(zero.read_text()))
         self._sync_state()
-        restored = self.runner.load_checkpoint(checkpoint)
+        load_parts(self.checkpointed(), checkpoint, self.accelerator.process_index)
+        restored = self.runner.restored_state()
         if restored is not None:
             self.learner_state.algorithm_state = restored
         if hasattr(self.source, "load_checkpoint"):

@@ -38,7 +38,7 @@ def test_plugins_import_nothing_from_the_trainer():
 
 HOOKS = ("check", "bind", "roll_out", "shape_rewards", "advantages", "loss", "metric_episodes", "metrics", "runner")
 RUNNER_METHODS = ("__init__", "pad_id", "rows", "micro_batches", "policy", "loss_model", "begin_micro_step",
-                  "end_micro_step", "save_checkpoint", "load_checkpoint", "model_files")
+                  "end_micro_step", "checkpointed", "restored_state", "model_files")
 
 
 def _spy(cls, names, seen: list):
@@ -188,7 +188,8 @@ def handles(tr) -> dict:
             "runner": tr.runner, "learner": tr.learner, "algorithm": tr.algorithm,
             "loss": (losses.get_policy_loss(tr.loss_name), tr.loss_options), "guard": tr.guard,
             "scheduler": tr.lr_scheduler, "env_failures": tr.env_failures, "zero_signal": tr.zero_signal,
-            "learner_state": getattr(tr, "learner_state", None)}
+            "learner_state": getattr(tr, "learner_state", None),
+            "runner_parts": tr.runner.checkpointed() if hasattr(tr.runner, "checkpointed") else None}
 
 
 def _no_handle_reaches(tr) -> None:
