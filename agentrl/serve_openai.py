@@ -20,8 +20,7 @@ generator, which a concurrent call would draw from). ``--engine vllm`` serves th
 vLLM engine (``agentrl.sampling.vllm_engine``, vLLM's CPU build in its venv; ``BatchedEngine``):
 each request joins those in flight in vLLM's continuous batching (or, on an engine with a
 blocking ``generate`` only, requests that arrive while a call runs are batched into the next),
-and its tokens are streamed as vLLM draws them (read from the engine every ``POLL_S``;
-``top_logprobs`` is not served there). Log-probs are those of the distribution each token was
+and its tokens are streamed as vLLM draws them (read from the engine every ``POLL_S``). Log-probs are those of the distribution each token was
 drawn from (temperature and top-p applied). Tool calls are not implemented.
 """
 
@@ -302,10 +301,11 @@ class Delta:
 
 class _Job:
     """One request's prompts in ``BatchedEngine``: its rows' tokens reach ``stream`` through
-    ``updates`` as (row, ids so far, their log-probs, finished), or the exception the engine raised."""
+    ``updates`` as (row, ids so far, their log-probs, finished, each position's top tokens or None),
+    or the exception the engine raised."""
 
-    def __init__(self, prompts: list[list[int]], spec: "SamplingSpec", seed: int | None):
-        self.prompts, self.spec, self.seed = prompts, spec, seed
+    def __init__(self, prompts: list[list[int]], spec: "SamplingSpec", seed: int | None, top: int = 0):
+        self.prompts, self.spec, self.seed, self.top = prompts, spec, seed, top
         self.updates: queue.Queue = queue.Queue()
         self.left = 0
         """Rows still generating (``BatchedEngine``'s submitted requests)."""
@@ -326,8 +326,6 @@ class BatchedEngine:
     arrive while a call runs are batched into the next (one call per ``_Job.key``), and a reply is
     handed over once its call returns."""
 
-    serves_top_logprobs = False
-    """The engine returns the drawn token's log-prob only."""
     own_random_stream = True
     """A seed keys the engine's own generators, not the process's: seeded requests need not run alone."""
     POLL_S = 0.05
@@ -339,7 +337,8 @@ class BatchedEngine:
         self.continuous = hasattr(engine, "submit") and hasattr(engine, "poll") if continuous is None else continuous
         """Whether requests go through ``submit`` / ``poll`` (default: when the engine has them)."""
         self.live = self.continuous and hasattr(engine, "progress")
-        """Whether tokens are handed over while their request generates."""
+        """Whether tokens are handed over while their request generates (and ``top_logprobs``
+        served: the engine's ``progress`` reports the likeliest tokens)."""
         self.batches: list[int] = []
         """How many requests the engine held together: per ``generate`` call, or per round of
         submissions, those then in flight (how concurrent requests were batched)."""
@@ -353,6 +352,10 @@ class BatchedEngine:
         self._thread = threading.Thread(target=self._requests if self.continuous else self._calls,
                                         name="serve_batches", daemon=True)
         self._thread.start()
+
+    @property
+    def serves_top_logprobs(self) -> bool:
+        return self.live
 
     def _calls(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -385,7 +388,7 @@ class BatchedEngine:
         at = 0
         for j in group:
             for row in range(len(j.prompts)):
-                j.updates.put((row, ids[at], logps[at], True))
+                j.updates.put((row, ids[at], logps[at], True, None))
                 at += 1
 
     def _requests(self) -> None:
@@ -408,7 +411,7 @@ class BatchedEngine:
                 # the same keys as VLLMEngine.generate's: row i of a request seeded s is keyed (s, i)
                 seeds = None if job.seed is None else [sampling_seed(job.seed, i) for i in range(len(job.prompts))]
                 try:
-                    ids = (self.engine.submit(job.prompts, job.spec, seeds, streamed=True) if self.live
+                    ids = (self.engine.submit(job.prompts, job.spec, seeds, streamed=True, top=job.top) if self.live
                            else self.engine.submit(job.prompts, job.spec, seeds))
                 except BaseException as e:
                     job.updates.put(e)
@@ -448,14 +451,16 @@ class BatchedEngine:
                 job.updates.put(e)
             rows.clear()
             return
+        # the tokens so far first: a request's last report (its last tokens' top tokens) can come
+        # in the same round as its completion
+        for r, (ids, logps, tops) in drawn.items():
+            if r in rows:
+                job, i = rows[r]
+                job.updates.put((i, ids, logps, False, tops))
         for f in finished:
             if f.request_id in rows:  # else its reader has gone
                 job, i = rows.pop(f.request_id)
-                job.updates.put((i, f.completion_ids, f.logprobs, True))
-        for r, (ids, logps) in drawn.items():
-            if r in rows:
-                job, i = rows[r]
-                job.updates.put((i, ids, logps, False))
+                job.updates.put((i, f.completion_ids, f.logprobs, True, None))
 
     def stream(self, prompts: list[list[int]], spec: "SamplingSpec", seed: int | None = None,
                top_logprobs: int = 0) -> Iterator[list[Any]]:
@@ -464,24 +469,31 @@ class BatchedEngine:
         its token (``live``), else once the reply is done."""
         from agentrl.sampling import Drawn
 
-        job = _Job(prompts, spec, seed)
+        job = _Job(prompts, spec, seed, top_logprobs)
         self._jobs.put(job)
         n = len(prompts)
         ids: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
+        tops: list[list] = [[] for _ in range(n)]
         ended = [False] * n
+
+        def drawn(r: int, k: int) -> Any:
+            top = tuple(tuple(x) for x in tops[r][k]) if k < len(tops[r]) else ()
+            return Drawn(ids[r][k], logps[r][k], top)
+
         k = 0
         try:
             while True:
                 while k < max(map(len, ids)) and all(k < len(ids[r]) or ended[r] for r in range(n)):
-                    yield [Drawn(ids[r][k], logps[r][k]) if k < len(ids[r]) else None for r in range(n)]
+                    yield [drawn(r, k) if k < len(ids[r]) else None for r in range(n)]
                     k += 1
                 if all(ended):
                     return
                 update = job.updates.get()
                 if isinstance(update, BaseException):
                     raise update
-                r, ids[r], logps[r], ended[r] = update
+                r, ids[r], logps[r], ended[r], top = update
+                tops[r] = tops[r] if top is None else top
         finally:
             if not all(ended):  # closed early: a stop string was written, or the client has gone
                 self._gone.put(job)
@@ -551,7 +563,7 @@ class ChatModel:
     def start(self, request: ChatRequest) -> tuple[list[int], int]:
         """The prompt's ids and the reply's length bound; a prompt longer than the context is a 400."""
         if request.top_logprobs and not getattr(self.engine, "serves_top_logprobs", True):
-            raise BadRequest("top_logprobs is not served on the vLLM engine (logprobs is); leave it at 0")
+            raise BadRequest("top_logprobs is not served on this engine (logprobs is); leave it at 0")
         ids = self.prompt_ids(request.messages)
         if self.context is not None and len(ids) >= self.context:
             raise BadRequest(f"the prompt is {len(ids)} tokens; the model's context is {self.context}")

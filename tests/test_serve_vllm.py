@@ -5,7 +5,7 @@ One vLLM server for the module (it imports vLLM and loads the model in about 60 
 2-core machine), on a tiny random Qwen2 whose head size is 64 (vLLM's CPU attention refuses the
 default tiny model's 16: ``agentrl.sampling.vllm_heads``). What is proven over HTTP: greedy replies
 and their log-probs equal the HF engine's (1e-4), streaming gives the same text in per-token
-chunks, ``n``, ``stop``, seeded sampling repeating, and concurrent requests batched into one
+chunks, ``n``, ``stop``, ``top_logprobs`` (HF's within 1e-4), seeded sampling repeating, and concurrent requests batched into one
 engine call with the replies each would get alone, and tokens handed over while vLLM still
 generates the reply. ``BatchedEngine``'s batching is also checked
 without vLLM, over the HF engine's whole-reply ``generate``, and the refusals run without it too.
@@ -182,12 +182,22 @@ def test_concurrent_requests_are_batched_into_one_call(url, vllm_chat):
 
 @pytest.mark.slow
 @needs_vllm
-def test_top_logprobs_is_refused_in_one_line_on_vllm(url):
-    import httpx
+def test_top_logprobs_equal_the_hf_engines_streamed_or_not(url, hf_chat):
+    from agentrl.serve_openai import ChatRequest
 
-    r = httpx.post(f"{url}/chat/completions", json={"messages": HI, "logprobs": True, "top_logprobs": 2}, timeout=60)
-    message = r.json()["error"]["message"]
-    assert r.status_code == 400 and "top_logprobs is not served on the vLLM engine" in message and "\n" not in message
+    want = hf_chat.complete(ChatRequest(messages=HI, temperature=0, max_tokens=8, logprobs=True,
+                                        top_logprobs=3)).choices[0].logprobs
+    got = _post(url, temperature=0, max_tokens=8, logprobs=True, top_logprobs=3)["choices"][0]["logprobs"]["content"]
+    assert len(got) == len(want) >= 4
+    for g, w in zip(got, want, strict=True):
+        assert [t["token"] for t in g["top_logprobs"]] == [t["token"] for t in w["top_logprobs"]]
+        assert [t["logprob"] for t in g["top_logprobs"]] == pytest.approx(
+            [t["logprob"] for t in w["top_logprobs"]], abs=LOGPROB_TOL)
+        assert g["top_logprobs"][0]["token"] == g["token"]  # greedy drew the likeliest
+    # streamed: the same entries, chunk by chunk
+    events = _stream(url, temperature=0, max_tokens=8, logprobs=True, top_logprobs=3)
+    streamed = [x for e in events if e["choices"] and e["choices"][0]["logprobs"] for x in e["choices"][0]["logprobs"]["content"]]
+    assert streamed == got
 
 
 # ---------------------------------------------------------------- without vLLM
@@ -223,6 +233,11 @@ def test_batched_replies_are_the_engines_and_concurrent_ones_share_a_call(batche
     assert first == [c.text for c in ask(temperature=1.5, max_tokens=10, n=2, seed=4).choices] and first[0] != first[1]
     stop = want.text[3:6]
     assert ask(temperature=0, max_tokens=10, stop=(stop,)).text == want.text[:want.text.find(stop)]
+    # top tokens come only from an engine that reports them while it generates (vLLM's progress)
+    from agentrl.serve_openai import BadRequest
+
+    with pytest.raises(BadRequest, match="top_logprobs is not served on this engine"):
+        ask(temperature=0, max_tokens=4, logprobs=True, top_logprobs=2)
 
     prompts = [[{"role": "user", "content": f"Say {k}."}] for k in range(3)]
     alone = [ask(p, temperature=0, max_tokens=8).text for p in prompts]

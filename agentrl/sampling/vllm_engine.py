@@ -21,8 +21,8 @@ sampling settings, floats and a file name cross it.
   request's random draws follow its key whatever it is batched with; its logits may still differ
   in the last bits with the batch around it (other kernels' shapes), so a token near a tie can
   differ: keyed, not keyed-exact across batchings. A request submitted ``streamed`` can be read
-  while it generates (``progress``: its tokens so far; ``agentrl serve --engine vllm`` streams
-  them). ``load_weights`` and ``generate`` wait for no request in flight (the server refuses
+  while it generates (``progress``: its tokens so far, with each position's ``top`` likeliest
+  tokens when asked; ``agentrl serve --engine vllm`` streams them). ``load_weights`` and ``generate`` wait for no request in flight (the server refuses
   them otherwise): a caller drains first.
 * ``load_weights(state_dict, version)``: the learner's full weights (HF names; a LoRA policy's
   merged into its base, ``merged_state_dict``) written once to a safetensors file in shared memory
@@ -156,6 +156,8 @@ class VLLMEngine:
         self._env = env
         self.info: dict[str, Any] = {}
         """What the server said when it was ready (its vLLM version, its pid)."""
+        self._streamed: set[int] = set()
+        """Streamed requests whose last progress report has not come yet."""
         self._ends: dict[int, tuple[int, ...]] = {}
         """Submitted requests in flight: id -> their spec's end tokens."""
         self._next_id = 0
@@ -235,17 +237,21 @@ class VLLMEngine:
         return [c[0] for c in cut], [[math.nan if x is None else x for x in c[1]] for c in cut]
 
     def submit(self, prompts: list[list[int]], spec: SamplingSpec, seeds: list[int | None] | None = None,
-               streamed: bool = False) -> list[int]:
+               streamed: bool = False, top: int = 0) -> list[int]:
         """Add one request per prompt to the engine (non-blocking); their ids (module docstring).
-        ``streamed``: their tokens so far can be read while they generate (``progress``)."""
+        ``streamed``: their tokens so far can be read while they generate (``progress``), with
+        each position's ``top`` likeliest tokens."""
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError(f"submit: {len(seeds)} seeds for {len(prompts)} prompts")
         ids = list(range(self._next_id, self._next_id + len(prompts)))
         self._next_id += len(prompts)
         if prompts:
             self._ask("submit", ids, [list(map(int, p)) for p in prompts], sampling_params(spec),
-                      None if seeds is None else [None if x is None else int(x) for x in seeds], bool(streamed))
+                      None if seeds is None else [None if x is None else int(x) for x in seeds], bool(streamed),
+                      int(top))
             self._ends.update((i, spec.end_token_ids) for i in ids)
+            if streamed:
+                self._streamed.update(ids)
         return ids
 
     def poll(self, timeout: float | None = 0.0) -> list[Finished]:
@@ -260,14 +266,20 @@ class VLLMEngine:
             out.append(Finished(i, c, [math.nan if x is None else x for x in lp], version))
         return out
 
-    def progress(self) -> dict[int, tuple[list[int], list[float]]]:
-        """The streamed requests in flight that drew tokens since the last call: id -> (their
-        tokens so far, those tokens' log-probs; NaN: unscored). Not cut: ``poll`` returns the
-        finished request, cut after its end token."""
-        if not self._ends:
+    def progress(self) -> dict[int, tuple[list[int], list[float], list | None]]:
+        """The streamed requests that drew tokens since the last call: id -> (their tokens so far,
+        those tokens' log-probs (NaN: unscored), each position's top tokens as (id, log-prob)
+        pairs or None). A request's last report, with all its tokens, may come after ``poll``
+        returned it. Not cut: ``poll``'s completion is cut after its end token."""
+        if not self._streamed:
             return {}
-        return {i: (ids, [math.nan if x is None else x for x in lp])
-                for i, (ids, lp) in self._ask("progress").items() if i in self._ends}
+        out = {}
+        for i, (ids, lp, tops, finished) in self._ask("progress").items():
+            if i in self._streamed:
+                out[i] = (ids, [math.nan if x is None else x for x in lp], tops)
+                if finished:
+                    self._streamed.discard(i)
+        return out
 
     def unfinished(self) -> int:
         return len(self._ends)
@@ -281,6 +293,7 @@ class VLLMEngine:
             return 0
         for i in self._ends.copy() if ids is None else ids:
             self._ends.pop(i)
+            self._streamed.discard(i)
         return self._ask("abort", ids)
 
     def load_weights(self, state_dict: dict[str, Any], version: int) -> int:

@@ -14,12 +14,14 @@ once the model is loaded (or ``("error", text)``), then answers each request wit
     sampled token's log-prob under the processed distribution (``logprobs_mode='processed_logprobs'``:
     after temperature, min-p, top-k, top-p); ``params`` are ``vllm.SamplingParams`` keywords,
     ``seeds`` one per prompt (or None).
-``("submit", ids, prompts, params, seeds[, streamed])``  requests added to the engine without
-    waiting (ids: the client's integers); the engine steps them between messages, so they generate
-    while the client does other work, each finishing on its own (continuous batching). Answers
-    None. ``streamed``: their tokens so far are kept after each step, for ``progress``.
-``("progress",)``  the streamed requests in flight that drew tokens since the last progress: id ->
-    (ids so far, their log-probs).
+``("submit", ids, prompts, params, seeds[, streamed, top])``  requests added to the engine
+    without waiting (ids: the client's integers); the engine steps them between messages, so they
+    generate while the client does other work, each finishing on its own (continuous batching).
+    Answers None. ``streamed``: their tokens so far are kept after each step, for ``progress``,
+    with each position's ``top`` most likely tokens when ``top`` > 0.
+``("progress",)``  the streamed requests that drew tokens since the last progress: id -> (ids so
+    far, their log-probs, each position's top tokens as (id, log-prob) pairs or None, finished);
+    a finished request's last report has all its tokens.
 ``("poll", timeout)``  the submitted requests finished since the last poll: (id, ids, log-probs,
     version at submission) each; while some are in flight and none has finished, the answer waits
     for one, up to ``timeout`` seconds (None: no limit).
@@ -70,11 +72,18 @@ def _engine(args: argparse.Namespace):
                logprobs_mode="processed_logprobs")
 
 
+def _tops(output, k: int) -> list[list[tuple[int, float]]]:
+    """Each position's ``k`` most likely tokens and their (processed) log-probs, likeliest first."""
+    return [sorted(((t, float(lp.logprob)) for t, lp in (d or {}).items()), key=lambda x: -x[1])[:k]
+            for d in output.outputs[0].logprobs or []]
+
+
 def _completion(output) -> tuple[list[int], list[float]]:
     """A finished (or, reported cumulatively, unfinished) ``RequestOutput``'s token ids and their
     log-probs."""
     c = output.outputs[0]
-    # logprobs=0: each position's dict holds the sampled token (and nothing else)
+    # logprobs=0: each position's dict holds the sampled token (and nothing else); logprobs=k:
+    # the k most likely too
     logps = [float(d[t].logprob) if d and t in d else float("nan")
              for t, d in zip(c.token_ids, c.logprobs or [None] * len(c.token_ids), strict=True)]
     return list(c.token_ids), logps
@@ -90,9 +99,10 @@ class Server:
         """Submitted requests in flight: vLLM's request id -> the version loaded at submission."""
         self.done: list[tuple[int, list[int], list[float], int | None]] = []
         """Finished requests not yet polled."""
-        self.streamed: set[str] = set()
-        """Submitted requests in flight whose tokens so far are reported (``progress``)."""
-        self.progress: dict[int, tuple[list[int], list[float]]] = {}
+        self.streamed: dict[str, int] = {}
+        """Submitted requests in flight whose tokens so far are reported (``progress``) -> how many
+        top tokens per position."""
+        self.progress: dict[int, tuple] = {}
         """Streamed requests' tokens so far, since the last ``progress`` request."""
 
     def _idle(self, what: str) -> None:
@@ -111,11 +121,13 @@ class Server:
 
     # ------------------------------------------------------------------ continuous batching
     def submit(self, ids: list[int], prompts: list[list[int]], params: dict, seeds: list[int | None] | None,
-               streamed: bool = False) -> None:
+               streamed: bool = False, top: int = 0) -> None:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
+        if top:
+            params = {**params, "logprobs": int(top)}
         for j, (i, p) in enumerate(zip(ids, prompts, strict=True)):
             rid = f"agentrl-{int(i)}"
             if rid in self.running:
@@ -127,7 +139,7 @@ class Server:
             self.llm.llm_engine.add_request(rid, TokensPrompt(prompt_token_ids=list(p)), sp)
             self.running[rid] = self.version
             if streamed:
-                self.streamed.add(rid)
+                self.streamed[rid] = int(top)
 
     def step(self) -> None:
         """One engine step over the requests in flight; the finished ones move to ``done``."""
@@ -135,15 +147,15 @@ class Server:
             if o.request_id not in self.running:
                 continue
             i = int(o.request_id.rsplit("-", 1)[1])
+            top = self.streamed.get(o.request_id)
+            if top is not None:
+                self.progress[i] = (*_completion(o), _tops(o, top) if top else None, o.finished)
             if o.finished:
                 ids, logps = _completion(o)
                 self.done.append((i, ids, logps, self.running.pop(o.request_id)))
-                self.streamed.discard(o.request_id)
-                self.progress.pop(i, None)
-            elif o.request_id in self.streamed:
-                self.progress[i] = _completion(o)
+                self.streamed.pop(o.request_id, None)
 
-    def take_progress(self) -> dict[int, tuple[list[int], list[float]]]:
+    def take_progress(self) -> dict[int, tuple]:
         progress, self.progress = self.progress, {}
         return progress
 
@@ -157,7 +169,7 @@ class Server:
             self.llm.llm_engine.abort_request(rids)
         for r in rids:
             del self.running[r]
-            self.streamed.discard(r)
+            self.streamed.pop(r, None)
             self.progress.pop(int(r.rsplit("-", 1)[1]), None)
         # finished and not polled: dropped too (the client has forgotten them)
         self.done = [d for d in self.done if ids is not None and d[0] not in set(map(int, ids))]
