@@ -20,8 +20,9 @@ generator, which a concurrent call would draw from). ``--engine vllm`` serves th
 vLLM engine (``agentrl.sampling.vllm_engine``, vLLM's CPU build in its venv; ``BatchedEngine``):
 each request joins those in flight in vLLM's continuous batching (or, on an engine with a
 blocking ``generate`` only, requests that arrive while a call runs are batched into the next),
-and its tokens are streamed as vLLM draws them (read from the engine every ``POLL_S``). Log-probs are those of the distribution each token was
-drawn from (temperature and top-p applied). Tool calls are not implemented.
+and its tokens are streamed as vLLM draws them (read from the engine every ``POLL_S``).
+Log-probs are those of the distribution each token was drawn from (temperature and top-p
+applied). Tool calls are not implemented.
 """
 
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations (Request)
@@ -307,8 +308,6 @@ class _Job:
     def __init__(self, prompts: list[list[int]], spec: "SamplingSpec", seed: int | None, top: int = 0):
         self.prompts, self.spec, self.seed, self.top = prompts, spec, seed, top
         self.updates: queue.Queue = queue.Queue()
-        self.left = 0
-        """Rows still generating (``BatchedEngine``'s submitted requests)."""
 
     def key(self) -> tuple:
         """Jobs with equal keys share a call: the same spec and, when sampled with a seed, only
@@ -330,7 +329,7 @@ class BatchedEngine:
     """A seed keys the engine's own generators, not the process's: seeded requests need not run alone."""
     POLL_S = 0.05
     """How long a poll waits for a finished request before the tokens so far are read and new
-    requests submitted (a streamed reply's chunks come at least this often)."""
+    requests submitted (while tokens are drawn, a streamed reply's chunks are about this far apart)."""
 
     def __init__(self, engine: Any, continuous: bool | None = None):
         self.engine = engine
@@ -416,7 +415,6 @@ class BatchedEngine:
                 except BaseException as e:
                     job.updates.put(e)
                     continue
-                job.left = len(ids)
                 rows.update((r, (job, i)) for i, r in enumerate(ids))
             if any(j is not None for j in taken):
                 self.batches.append(len({id(j) for j, _ in rows.values()}))
