@@ -18,6 +18,7 @@ from agentrl.rollout.continuous import ContinuousPlay
 from agentrl.rollout.env_pool import LocalEnvs
 
 SLOTS, TURNS = 4, 4
+PREFILL = "<action>get 1 oak log</action>"
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +30,10 @@ def model(request):
 def _new_play(model, tok, calls: int = 0):
     policy = Policy(model, tok)
     policy.calls = calls  # the generate's key goes on from the interrupted play's
+    # the prefill makes every turn a valid command that changes the env: the inventory grows, and the
+    # prompts (which show it) depend on the env's state, so a resume that lost it would differ
     settings = RolloutSettings(TEXTCRAFT, env_kwargs={"prompt_style": "compact"}, max_turns=TURNS,
-                               max_prompt_tokens=100_000)
+                               max_prompt_tokens=100_000, prefill=PREFILL)
     envs = LocalEnvs(TEXTCRAFT, {"prompt_style": "compact"}, SLOTS)
     return policy, envs, ContinuousPlay(policy, tok, settings, envs, SLOTS, before_tick=policy.load)
 
@@ -50,6 +53,7 @@ def _interrupted(model, ticks: int):
         play.tick()
     saved, calls = play.checkpoint(), policy.calls
     assert any(s.ep.steps for s in play.slots) and play.queue  # mid-episode, tasks still queued
+    assert all(r.valid for s in play.slots for r in s.ep.steps)
     ref = play.take(3)
     envs.close()
     return ref, saved, calls
