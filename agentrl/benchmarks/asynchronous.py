@@ -4,6 +4,8 @@
     agentrl bench async --steps 12 --staleness 0,1 --modes lockstep,continuous
     agentrl bench async --warm runs/demo/sft --goals runs/arena/warm/practised.json
     agentrl bench async --engine vllm --families depth2,depth3,depth4 --modes lockstep,continuous
+    agentrl bench async --engine vllm --families depth2,depth3,depth4 --runs lockstep:1,continuous:0,continuous:1 \
+        --seeds 0,1,2 --sync-threads 1
 
 The demo's RL phase (``recipes/demo_tiny.yaml``: TextCraft depth-2 goals, the tiny model
 warm-started on expert trajectories, 4 goals x 8 rollouts per step, GiGPO) runs ``--steps``
@@ -28,6 +30,13 @@ over the step), the producer's idle share (waiting for weights over its time), t
 the trained episodes (the largest per step, and each turn's: the mean share of spans at each
 staleness), and the rollout-correction figures when the run logged any. The warm start
 is built once (``agentrl.demo --warm-only --quick``) unless ``--warm`` names one.
+
+``--runs MODE:K,...`` names the asynchronous runs one by one instead of every ``--modes`` x
+``--staleness`` pair (``continuous:0``: episodes that run on their own, one version each;
+``continuous:1``: the same with versions loaded mid-episode, partial rollouts). ``--seeds`` repeats
+every run per recipe seed and adds a summary paired by seed (:func:`paired_summary`): steps per hour,
+the ratio to the best synchronous run and to the lock-step producer, and the mean training success
+over the run's steps with its difference to the lock-step producer's (the learning check).
 """
 
 from __future__ import annotations
@@ -51,6 +60,57 @@ def _warm(out: Path) -> tuple[Path, list[int]]:
         subprocess.run([sys.executable, "-m", "agentrl.demo", "--warm-only", "--quick", "--out", str(out)], check=True,
                        env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
     return out / "sft", json.loads((out / "practised.json").read_text())["goals"]
+
+
+def _mean_se(xs: list[float]) -> tuple[float, float]:
+    """Mean and standard error (0 for a single value)."""
+    m = statistics.fmean(xs)
+    return m, (statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else 0.0)
+
+
+def paired_summary(by_seed: dict[int, list[dict]], reference: str | None) -> list[dict]:
+    """Per run name, over seeds: steps/hour, the ratio to the seed's best synchronous run and to the
+    seed's ``reference`` run (each ratio taken within a seed, then averaged: paired by seed), and the
+    mean training success with its paired difference to the reference's. A ratio of step times
+    (``ref_s / run_s``) reads as a speedup; a run missing from a seed is left out of that seed."""
+    names = list(dict.fromkeys(r["run"] for rows in by_seed.values() for r in rows))
+    per = {s: {r["run"]: r for r in rows} for s, rows in by_seed.items()}
+    out = []
+    for name in names:
+        seeds = [s for s in per if name in per[s]]
+        row = {"run": name, "seeds": len(seeds),
+               "steps_per_hour": _mean_se([per[s][name]["steps_per_hour"] for s in seeds]),
+               "success": _mean_se([per[s][name]["success"] for s in seeds])}
+        best = [min((r for r in per[s].values() if r["run"].startswith("sync")), key=lambda r: r["step_s"], default=None)
+                for s in seeds]
+        if all(best):
+            row["x_best_sync"] = _mean_se([b["step_s"] / per[s][name]["step_s"] for b, s in zip(best, seeds, strict=True)])
+        paired = [s for s in seeds if reference in per[s]]
+        if reference and paired:
+            row["x_reference"] = _mean_se([per[s][reference]["step_s"] / per[s][name]["step_s"] for s in paired])
+            row["success_diff"] = _mean_se([per[s][name]["success"] - per[s][reference]["success"] for s in paired])
+        out.append(row)
+    return out
+
+
+def async_runs(runs: str | None, modes: str, staleness: str) -> list[tuple[str, str]]:
+    """The (producer mode, k) pairs of the asynchronous runs: ``runs`` (``MODE:K,...``) or every
+    ``modes`` x ``staleness`` pair; a ValueError names the first malformed one."""
+    if runs:
+        pairs = [tuple(x.split(":", 1)) if ":" in x else (x, "") for x in runs.split(",")]
+    else:
+        pairs = [(m, k) for m in modes.split(",") for k in staleness.split(",")]
+    for mode, k in pairs:
+        if mode not in ("lockstep", "continuous"):
+            raise ValueError(f"producer mode {mode!r}: each must be lockstep or continuous")
+        if not k.isdigit():
+            raise ValueError(f"{mode}:{k}: the staleness k must be a whole number >= 0")
+    return pairs
+
+
+def run_name(mode: str, k: str) -> str:
+    """``async_kK`` for the lock-step producer, ``cont_kK`` for the continuous one."""
+    return f"{'async' if mode == 'lockstep' else 'cont'}_k{k}"
 
 
 def run_one(name: str, sft: Path, goals: list[int], steps: int, threads: int, extra: list[str],
@@ -87,55 +147,8 @@ def run_one(name: str, sft: Path, goals: list[int], steps: int, threads: int, ex
     return res
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="agentrl bench async", description=__doc__.splitlines()[0].strip('`"'))
-    ap.add_argument("--steps", type=int, default=12, help="optimizer steps per run (default 12; the first is not timed)")
-    ap.add_argument("--staleness", default="1,2", help="the max_staleness values of the async runs (default 1,2)")
-    ap.add_argument("--modes", default="lockstep", help="producer modes of the async runs (producer_mode; "
-                                                       "default lockstep; e.g. lockstep,continuous)")
-    ap.add_argument("--sync-threads", default="1,2", help="OMP_NUM_THREADS of the sync runs (default 1,2)")
-    ap.add_argument("--warm", default=None, help="a warm start folder (default: built once with agentrl.demo "
-                                                 "--warm-only --quick into --work)")
-    ap.add_argument("--goals", default=None, help="a practised.json whose goals the runs practise (with --warm)")
-    ap.add_argument("--work", default=None, help="where runs go (default: a temporary folder)")
-    ap.add_argument("--engine", default="hf", choices=("hf", "vllm"),
-                    help="hf: transformers' generate (default); vllm: agentrl's vLLM engine (make vllm-venv)")
-    ap.add_argument("--families", default=None, help="TextCraft families of the tasks, comma-separated (default: the "
-                                                     "recipe's depth2; e.g. depth2,depth3,depth4: mixed lengths)")
-    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    a = ap.parse_args(argv)
-    bad = [m for m in a.modes.split(",") if m not in ("lockstep", "continuous")]
-    if bad:
-        print(f"agentrl bench async: --modes {','.join(bad)}: each must be lockstep or continuous", file=sys.stderr)
-        return 2
-    common = ["--use_vllm", "true"] if a.engine == "vllm" else []
-    if a.engine == "vllm":
-        from agentrl.sampling.vllm_engine import vllm_python, vllm_venv
-
-        if vllm_python() is None:
-            print(f"agentrl bench async: --engine vllm: no vLLM venv at {vllm_venv()} (make vllm-venv)", file=sys.stderr)
-            return 2
-    if a.families:
-        common += ["--task_families", *a.families.split(",")]
-    work = Path(a.work or tempfile.mkdtemp(prefix="agentrl_bench_async_"))
-    work.mkdir(parents=True, exist_ok=True)
-    if a.warm:
-        sft = Path(a.warm)
-        goals = json.loads(Path(a.goals).read_text())["goals"] if a.goals else list(range(4))
-    else:
-        sft, goals = _warm(work / "warm")
-    results = [run_one(f"sync_t{t}", sft, goals, a.steps, int(t), [], work, common) for t in a.sync_threads.split(",")]
-    for mode in a.modes.split(","):
-        for k in a.staleness.split(","):
-            results.append(run_one(f"{'async' if mode == 'lockstep' else 'cont'}_k{k}", sft, goals, a.steps, 1,
-                                   ["--rollout_mode", "async", "--max_staleness", k, "--async_producer_threads", "1",
-                                    "--producer_mode", mode], work, common))
-    base = min((r for r in results if r["run"].startswith("sync")), key=lambda r: r["step_s"])
-    for r in results:
-        r["speedup_vs_best_sync"] = base["step_s"] / r["step_s"]
-    if a.json:
-        print(json.dumps(results, indent=1))
-        return 0
+def _print_table(results: list[dict], seed: int) -> None:
+    print(f"seed {seed}")
     print(f"{'run':<10} {'thr':>3} {'s/step':>7} {'steps/h':>8} {'x best sync':>11} {'learner idle':>12} "
           f"{'producer idle':>13}  staleness")
     for r in results:
@@ -153,8 +166,89 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         if "turn_requests_per_step" in r:
             print(f"{r['run']}: {r['turn_requests_per_step']:.0f} turn requests per step (each turn its own request)")
+
+
+def _print_summary(summary: list[dict], reference: str | None) -> None:
+    def f(v, spec):
+        return f"{v[0]:{spec}} ± {v[1]:{spec}}" if v else "-"
+
+    print(f"paired by seed (mean ± s.e. over {summary[0]['seeds']} seeds; the reference is {reference or 'none'})")
+    print(f"{'run':<10} {'steps/h':>14} {'x best sync':>13} {'x reference':>13} {'success':>15} {'- reference':>15}")
+    for r in summary:
+        print(f"{r['run']:<10} {f(r['steps_per_hour'], '.0f'):>14} {f(r.get('x_best_sync'), '.2f'):>13} "
+              f"{f(r.get('x_reference'), '.2f'):>13} {f(r['success'], '.3f'):>15} {f(r.get('success_diff'), '+.3f'):>15}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="agentrl bench async", description=__doc__.splitlines()[0].strip('`"'))
+    ap.add_argument("--steps", type=int, default=12, help="optimizer steps per run (default 12; the first is not timed)")
+    ap.add_argument("--staleness", default="1,2", help="the max_staleness values of the async runs (default 1,2)")
+    ap.add_argument("--modes", default="lockstep", help="producer modes of the async runs (producer_mode; "
+                                                       "default lockstep; e.g. lockstep,continuous)")
+    ap.add_argument("--sync-threads", default="1,2", help="OMP_NUM_THREADS of the sync runs (default 1,2)")
+    ap.add_argument("--warm", default=None, help="a warm start folder (default: built once with agentrl.demo "
+                                                 "--warm-only --quick into --work)")
+    ap.add_argument("--goals", default=None, help="a practised.json whose goals the runs practise (with --warm)")
+    ap.add_argument("--work", default=None, help="where runs go (default: a temporary folder)")
+    ap.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+                    help="hf: transformers' generate (default); vllm: agentrl's vLLM engine (make vllm-venv)")
+    ap.add_argument("--families", default=None, help="TextCraft families of the tasks, comma-separated (default: the "
+                                                     "recipe's depth2; e.g. depth2,depth3,depth4: mixed lengths)")
+    ap.add_argument("--runs", default=None, help="the async runs as MODE:K pairs, comma-separated (instead of "
+                                                 "--modes x --staleness; e.g. lockstep:1,continuous:0,continuous:1)")
+    ap.add_argument("--seeds", default="0", help="recipe seeds, comma-separated (default 0); with several, a "
+                                                 "summary paired by seed follows the per-seed tables")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    a = ap.parse_args(argv)
+    try:
+        pairs = async_runs(a.runs, a.modes, a.staleness)
+        if not all(x.isdigit() for x in a.seeds.split(",")):
+            raise ValueError(f"--seeds {a.seeds}: whole numbers >= 0, comma-separated")
+        seeds = [int(x) for x in a.seeds.split(",")]
+    except ValueError as e:
+        print(f"agentrl bench async: {e}", file=sys.stderr)
+        return 2
+    common = ["--use_vllm", "true"] if a.engine == "vllm" else []
+    if a.engine == "vllm":
+        from agentrl.sampling.vllm_engine import vllm_python, vllm_venv
+
+        if vllm_python() is None:
+            print(f"agentrl bench async: --engine vllm: no vLLM venv at {vllm_venv()} (make vllm-venv)", file=sys.stderr)
+            return 2
+    if a.families:
+        common += ["--task_families", *a.families.split(",")]
+    work = Path(a.work or tempfile.mkdtemp(prefix="agentrl_bench_async_"))
+    work.mkdir(parents=True, exist_ok=True)
+    if a.warm:
+        sft = Path(a.warm)
+        goals = json.loads(Path(a.goals).read_text())["goals"] if a.goals else list(range(4))
+    else:
+        sft, goals = _warm(work / "warm")
+    by_seed = {}
+    for seed in seeds:
+        seeded = [*common, "--seed", str(seed)]
+        results = [run_one(f"sync_t{t}", sft, goals, a.steps, int(t), [], work / f"seed{seed}", seeded)
+                   for t in a.sync_threads.split(",")]
+        for mode, k in pairs:
+            results.append(run_one(run_name(mode, k), sft, goals, a.steps, 1,
+                                   ["--rollout_mode", "async", "--max_staleness", k, "--async_producer_threads", "1",
+                                    "--producer_mode", mode], work / f"seed{seed}", seeded))
+        base = min((r for r in results if r["run"].startswith("sync")), key=lambda r: r["step_s"])
+        for r in results:
+            r["speedup_vs_best_sync"] = base["step_s"] / r["step_s"]
+            r["seed"] = seed
+        by_seed[seed] = results
+        if not a.json:
+            _print_table(results, seed)
+    reference = next((run_name(m, k) for m, k in pairs if m == "lockstep"), None)
+    summary = paired_summary(by_seed, reference) if len(seeds) > 1 else []
+    if a.json:
+        print(json.dumps({"runs": [r for rows in by_seed.values() for r in rows], "summary": summary}, indent=1))
+        return 0
+    if summary:
+        _print_summary(summary, reference)
     print(f"({a.steps} steps per run, medians after the first; {len(goals)} practised goals; engine {a.engine}"
-          f"{'; families ' + a.families if a.families else ''}; runs in {work})")
+          f"{'; families ' + a.families if a.families else ''}; seeds {a.seeds}; runs in {work})")
     return 0
 
 

@@ -1,0 +1,62 @@
+"""``agentrl bench async``'s pure parts: the paired-by-seed summary and the run list's checks."""
+
+import subprocess
+import sys
+
+import pytest
+
+from agentrl.benchmarks.asynchronous import async_runs, paired_summary, run_name
+
+
+def _row(run, step_s, success):
+    return {"run": run, "step_s": step_s, "steps_per_hour": 3600.0 / step_s, "success": success}
+
+
+def test_the_summary_pairs_ratios_and_success_by_seed():
+    by_seed = {
+        0: [_row("sync_t1", 6.0, 0.5), _row("async_k1", 4.0, 0.6), _row("cont_k1", 3.0, 0.7)],
+        1: [_row("sync_t1", 8.0, 0.4), _row("async_k1", 4.0, 0.5), _row("cont_k1", 5.0, 0.4)],
+    }
+    rows = {r["run"]: r for r in paired_summary(by_seed, "async_k1")}
+    cont = rows["cont_k1"]
+    # ratios within a seed, then averaged: (4/3 + 4/5) / 2, not (4+4)/(3+5)
+    assert cont["x_reference"][0] == pytest.approx((4 / 3 + 4 / 5) / 2)
+    assert cont["x_reference"][1] == pytest.approx(abs(4 / 3 - 4 / 5) / 2)  # s.e. of two values: |a - b| / 2
+    assert cont["x_best_sync"][0] == pytest.approx((6 / 3 + 8 / 5) / 2)
+    assert cont["success_diff"][0] == pytest.approx(((0.7 - 0.6) + (0.4 - 0.5)) / 2)
+    assert cont["success"][0] == pytest.approx(0.55)
+    assert cont["steps_per_hour"][0] == pytest.approx((1200 + 720) / 2)
+    assert rows["async_k1"]["x_reference"] == pytest.approx((1.0, 0.0))
+    assert rows["sync_t1"]["x_best_sync"] == pytest.approx((1.0, 0.0))
+    assert cont["seeds"] == 2
+
+
+def test_a_run_missing_from_a_seed_is_left_out_of_that_seed():
+    by_seed = {0: [_row("sync_t1", 6.0, 0.5), _row("async_k1", 4.0, 0.6)],
+               1: [_row("sync_t1", 8.0, 0.4), _row("async_k1", 2.0, 0.5), _row("cont_k0", 4.0, 0.3)]}
+    rows = {r["run"]: r for r in paired_summary(by_seed, "async_k1")}
+    assert rows["cont_k0"]["seeds"] == 1
+    assert rows["cont_k0"]["x_reference"] == pytest.approx((0.5, 0.0))
+    assert "x_reference" not in paired_summary(by_seed, None)[1]
+
+
+def test_the_run_list():
+    assert async_runs("lockstep:1,continuous:0,continuous:1", "lockstep", "1,2") == [
+        ("lockstep", "1"), ("continuous", "0"), ("continuous", "1")]
+    assert async_runs(None, "lockstep,continuous", "0,1") == [
+        ("lockstep", "0"), ("lockstep", "1"), ("continuous", "0"), ("continuous", "1")]
+    assert [run_name(m, k) for m, k in async_runs(None, "lockstep,continuous", "1")] == ["async_k1", "cont_k1"]
+    with pytest.raises(ValueError, match="'greedy'"):
+        async_runs("greedy:1", "lockstep", "1")
+    with pytest.raises(ValueError, match="whole number"):
+        async_runs("continuous", "lockstep", "1")
+
+
+@pytest.mark.parametrize("args,said", [(["--runs", "lockstep:x"], "lockstep:x: the staleness k"),
+                                       (["--seeds", "0,a"], "--seeds 0,a"),
+                                       (["--modes", "fast"], "'fast'")])
+def test_bad_bench_arguments_are_one_line_and_exit_2(args, said):
+    r = subprocess.run([sys.executable, "-m", "agentrl", "bench", "async", *args], capture_output=True, text=True)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], r.stderr
