@@ -33,13 +33,11 @@ The learner side:
 from __future__ import annotations
 
 import contextlib
-import pickle
 import queue
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from agentrl.producer.batch import RolloutBatch
@@ -257,8 +255,14 @@ class AsyncSource:
         self.evaluation.close()
 
     # ------------------------------------------------------------------ checkpoints
-    def save_checkpoint(self, output_dir: str, step: int) -> None:
-        """The batches of iterations ``step`` .. ``step + k - 1`` (waited for) into ``output_dir``."""
+    def checkpointed(self, step: int) -> list[OwedBatches]:
+        """This rank's checkpoint part at the learner's optimizer step ``step``
+        (``agentrl.checkpoints.Checkpointed``: the trainer writes and reads it with its other parts)."""
+        return [OwedBatches(self, step)]
+
+    def owed(self, step: int) -> dict[str, Any]:
+        """What a checkpoint at ``step`` owes the learner: the batches of iterations ``step`` ..
+        ``step + k - 1`` (waited for) and, continuous, the episodes in flight."""
         owed = [b for b in range(step, step + self.k)
                 if self.settings.last_iteration is None or b <= self.settings.last_iteration]
         if owed and self.proc is None:
@@ -273,8 +277,7 @@ class AsyncSource:
             if inflight is not None:  # every batch sent before the episodes in flight is owed too
                 data["inflight"] = inflight
                 data["batches"] = {b: p for b, p in self.received.items() if step <= b < inflight["next_batch"]}
-        with open(Path(output_dir) / CHECKPOINT_FILE.format(rank=self.ranks.rank), "wb") as f:
-            pickle.dump(data, f)
+        return data
 
     def _inflight(self) -> dict[str, Any]:
         """The producer's episodes in flight, asked for now (the batches it sent before them are
@@ -301,16 +304,27 @@ class AsyncSource:
         inflight, self.inflight = self.inflight, None
         return inflight
 
-    def load_checkpoint(self, checkpoint: str) -> None:
-        """The batches a checkpoint owes the learner (none in a checkpoint of a synchronous run)."""
-        path = Path(checkpoint) / CHECKPOINT_FILE.format(rank=self.ranks.rank)
-        if not path.is_file():
-            return
-        with open(path, "rb") as f:
-            data = pickle.load(f)  # noqa: S301  (our own checkpoint file)
+    def restore(self, data: dict[str, Any]) -> None:
+        """Back to what a checkpoint owed the learner (``owed``)."""
         self.received = dict(data["batches"])
         self.next_iteration = int(data["step"])
         self.inflight = data.get("inflight")
+
+
+class OwedBatches:
+    """The asynchronous source's checkpoint part (``async_producer_rank{r}.pkl``; a checkpoint of a
+    synchronous run has none, and a resumed run starts its producer afresh)."""
+
+    file = CHECKPOINT_FILE
+
+    def __init__(self, source: AsyncSource, step: int):
+        self.source, self.step = source, step
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.source.owed(self.step)
+
+    def load_state_dict(self, data: dict[str, Any]) -> None:
+        self.source.restore(data)
 
 
 @contextlib.contextmanager

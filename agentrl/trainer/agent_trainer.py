@@ -315,7 +315,7 @@ class AgentGRPOTrainer(GRPOTrainer):
 
     def _log_metrics(self, mode: str, batch: RolloutBatch, credited: Credited, counts: RowCounts) -> None:
         """Episode, timing, row and credit metrics into TRL's metric buffer."""
-        m = self._metrics[mode]
+        m = self.learner_state.metrics.mode(mode)
         values = self._episode_metrics(batch.episodes)
         t = batch.times
         values.update({  # time/rollout_s and time/credit_s: per optimizer step, in _close_step
@@ -384,10 +384,6 @@ class AgentGRPOTrainer(GRPOTrainer):
         st.model, st.model_wrapped = self.model, getattr(self, "model_wrapped", self.model)
         st.optimizer, st.lr_scheduler = self.optimizer, self.lr_scheduler
 
-    def log_metric(self, name: str, value: float, mode: str = "train") -> None:
-        """Add a value to this logging step's ``name`` (values are averaged when logged)."""
-        self.learner_state.metrics.append(name, value, mode)
-
     # ------------------------------------------------------------------ micro-batches
     def groups_rows_by_length(self) -> bool:
         """``by_length`` (decided when the trainer is built)."""
@@ -396,7 +392,7 @@ class AgentGRPOTrainer(GRPOTrainer):
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
         """TRL's buffering: one rollout every ``steps_per_generation * num_iterations`` micro-steps,
         cut into the runner's micro-batches, each with its old / reference log-probs computed on
-        its own tensors (``agentrl.trainer.update.reference_logps``). In evaluation the rollout is
+        its own tensors (``micro_batches``). In evaluation the rollout is
         one micro-batch. Logged: ``rows/real_token_share``."""
         self._sync_state()
         mode = "train" if self.model.training else "eval"
@@ -409,7 +405,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             batch = self.make_iteration_batch(generation_batch)
             self._micro_batches = self.micro_batches(batch, mode)
             self._gen_in_step += time.perf_counter() - t0  # excluded from time/update_s
-            self._metrics["train"]["rows/real_token_share"].append(real_token_share(self._micro_batches))
+            self.learner_state.metrics.append("rows/real_token_share", real_token_share(self._micro_batches))
         return self._micro_batches[self._step % spg]
 
     def micro_batches(self, batch: dict[str, Any], mode: str) -> list[dict[str, Any]]:
@@ -454,7 +450,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             max_completion_length=self.max_completion_length)
         out, bad = losses.compute(self.loss_name, batch, settings)
         self.last_loss = out
-        log_loss_metrics(out, self._metrics[mode], self.accelerator)
+        log_loss_metrics(out, self.learner_state.metrics.mode(mode), self.accelerator)
         if bad and mode == "train":
             self.guard.note_loss(self._step % self.args.gradient_accumulation_steps, bad,
                                  self.accelerator.process_index)
@@ -481,7 +477,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         """Decide whether the optimizer step that follows may run: skipped (no update, gradients
         dropped, the schedule held) when a loss or a gradient was not finite on any rank; stop
         the run after ``nonfinite_max_consecutive`` such steps in a row. Logs the step's timings."""
-        m = self._metrics["train"]
+        m = self.learner_state.metrics.mode("train")
         if self.is_deepspeed_enabled:  # DeepSpeed has stepped (or skipped) inside the backward
             applied = self.accelerator.deepspeed_engine_wrapped.engine.was_step_applied()
             names, n_bad = [], 0 if applied else 1
@@ -543,14 +539,16 @@ class AgentGRPOTrainer(GRPOTrainer):
 
     def checkpointed(self) -> list[Checkpointed]:
         """What agentrl adds to a checkpoint, in the order it is read back: the guard's, the
-        env-failure watch's and the zero-signal watch's counts, then the runner's parts (a
-        collaboration's policies and CCPO's statistics, ``agentrl.checkpoints.Checkpointed``)."""
+        env-failure watch's and the zero-signal watch's counts, the runner's parts (a
+        collaboration's policies and CCPO's statistics), then the batches an asynchronous producer
+        owes the learner at this step (``agentrl.checkpoints.Checkpointed``)."""
+        source = self.source.checkpointed(self.state.global_step) if hasattr(self.source, "checkpointed") else []
         return [Part(GUARD_FILE, self.guard), Part(ENV_FAILURES_FILE, self.env_failures),
-                Part(ZERO_SIGNAL_FILE, self.zero_signal), *self.runner.checkpointed()]
+                Part(ZERO_SIGNAL_FILE, self.zero_signal), *self.runner.checkpointed(), *source]
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        """TRL's optimizer and scheduler, then every part (``checkpointed``) in one loop, the
-        checkpoint's identity, and the batches an asynchronous producer owes the learner."""
+        """TRL's optimizer and scheduler, then every part (``checkpointed``) in one loop and the
+        checkpoint's identity."""
         from agentrl.checkpoints import write_identity
 
         super()._save_optimizer_and_scheduler(output_dir)
@@ -558,13 +556,11 @@ class AgentGRPOTrainer(GRPOTrainer):
         save_parts(self.checkpointed(), output_dir, self.accelerator.process_index, self.args.should_save)
         if self.args.should_save:
             write_identity(output_dir, self.identity())
-        if hasattr(self.source, "save_checkpoint"):  # (its own file: issue 51 adds its episodes in flight)
-            self.source.save_checkpoint(output_dir, self.state.global_step)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """TRL's optimizer and scheduler, then every part in one loop (a part whose file a checkpoint
         lacks starts afresh, unless it is required); the algorithm state a part held goes back
-        into the learner state; then the producer's owed batches."""
+        into the learner state."""
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
@@ -573,8 +569,6 @@ class AgentGRPOTrainer(GRPOTrainer):
         restored = self.runner.restored_state()
         if restored is not None:
             self.learner_state.algorithm_state = restored
-        if hasattr(self.source, "load_checkpoint"):
-            self.source.load_checkpoint(checkpoint)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """TRL's model folder; the final one (not a checkpoint's) gets the runner's files too."""
