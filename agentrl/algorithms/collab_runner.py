@@ -18,7 +18,7 @@ saves and loads in its one loop (``checkpointed``). The final model folder also 
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -146,26 +146,26 @@ class CollabRunner(UpdateRunner):
         out, self._restored = getattr(self, "_restored", None), None
         return out
 
-    def model_files(self, output_dir: str, write) -> None:
-        """``collab.json`` and every policy as ``policies/<name>/`` (role models with their tokenizer);
-        ``write(folder)`` saves the trainer's model as it is now."""
-        out = Path(output_dir)
-        if self.policies.zero3:  # gathers and swaps are collective: every rank saves
-            self._save_policies(out, write)
+    def model_folders(self, output_dir: str) -> list[tuple[str, AbstractContextManager]]:
+        """Every policy of the trainer's model as ``policies/<name>/``, each with its weights put in
+        place: on every rank under ZeRO-3 (gathers and swaps are collective), else on the main
+        process, when the roles have policies of their own."""
+        zero3, main = self.policies.zero3, self.learner.ranks.is_main
+        if not (zero3 or (main and (self.policies.separate or self.policies.role_models))):
+            return []
+        out = Path(output_dir) / "policies"
+        return [(str(out / name), self.policies.use_policy(name)) for name in self.policies.names]
+
+    def model_files(self, output_dir: str) -> None:
+        """``collab.json`` and every role model as ``policies/<policy>/`` with its own tokenizer."""
         if not self.learner.ranks.is_main:
             return
+        out = Path(output_dir)
         (out / "collab.json").write_text(json.dumps(to_dict(self.collab), indent=1))
-        if (self.policies.separate or self.policies.role_models) and not self.policies.zero3:
-            self._save_policies(out, write)
-        for role, rm in self.policies.role_models.items():  # with its own tokenizer
+        for role, rm in self.policies.role_models.items():
             d = out / "policies" / self.collab.role(role).policy
             rm.model.save_pretrained(str(d))
             rm.tokenizer.save_pretrained(str(d))
-
-    def _save_policies(self, out: Path, write) -> None:
-        for name in self.policies.names:
-            with self.policies.use_policy(name):
-                write(str(out / "policies" / name))
 
 
 class _CollabState:

@@ -8,7 +8,8 @@ roles: ``agentrl.algorithms.collab_runner``) has its own runner; nobody else's i
 The trainer calls, per iteration: ``rows`` (episodes -> balanced rows), ``micro_batches`` (the
 packed rows -> the update's micro-batches), ``policy`` around the no-grad forwards of a
 micro-batch (old log-probs), ``begin_micro_step`` / ``end_micro_step`` around each training
-micro-step; and ``checkpointed`` / ``restored_state`` / ``model_files`` for the run folder. A
+micro-step; and ``checkpointed`` / ``restored_state`` / ``model_folders`` / ``model_files`` for the
+run folder. A
 runner is given the ``Learner`` handle (``agentrl.algorithms.learner``), not the trainer, and plain
 data in each call (it never calls back into the trainer); it makes rows with
 ``agentrl.rollout.rows`` itself.
@@ -16,8 +17,7 @@ data in each call (it never calls back into the trainer); it makes rows with
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from agentrl.rollout.rows import (
@@ -101,6 +101,10 @@ class UpdateRunner:
         none)."""
         return None
 
-    def model_files(self, output_dir: str, write: Callable[[str], None]) -> None:
-        """Nothing beyond the trainer's model folder. ``write(folder)`` saves the trainer's model as
-        it is now into ``folder`` (collective under ZeRO-3)."""
+    def model_folders(self, output_dir: str) -> list[tuple[str, AbstractContextManager]]:
+        """Folders the trainer saves its model into besides ``output_dir``, each with the context that
+        puts the weights that belong there in place: none here."""
+        return []
+
+    def model_files(self, output_dir: str) -> None:
+        """Files of the runner's own in the final model folder: none here."""

@@ -571,12 +571,16 @@ class AgentGRPOTrainer(GRPOTrainer):
             self.learner_state.algorithm_state = restored
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """TRL's model folder; the final one (not a checkpoint's) gets the runner's files too."""
+        """TRL's model folder; the final one (not a checkpoint's) also gets the model saved into the
+        runner's folders (each with its weights in place) and the runner's own files."""
         super().save_model(output_dir, _internal_call)
         if not _internal_call:
             self._sync_state()
-            self.runner.model_files(output_dir or self.args.output_dir,
-                                    write=lambda folder: self.save_model(folder, _internal_call=True))
+            out = output_dir or self.args.output_dir
+            for folder, weights in self.runner.model_folders(out):  # e.g. a collaboration's policies
+                with weights:
+                    self.save_model(folder, _internal_call=True)
+            self.runner.model_files(out)
 
 
 GUARD_FILE = "nonfinite_guard.json"

@@ -38,7 +38,7 @@ def test_plugins_import_nothing_from_the_trainer():
 
 HOOKS = ("check", "bind", "roll_out", "shape_rewards", "advantages", "loss", "metric_episodes", "metrics", "runner")
 RUNNER_METHODS = ("__init__", "pad_id", "rows", "micro_batches", "policy", "loss_model", "begin_micro_step",
-                  "end_micro_step", "checkpointed", "restored_state", "model_files")
+                  "end_micro_step", "checkpointed", "restored_state", "model_folders", "model_files")
 
 
 def _spy(cls, names, seen: list):
