@@ -40,7 +40,7 @@ export TOKENIZERS_PARALLELISM := false
 help:
 	@echo "make demo   - set up, then SFT warm start + RL on practised goals + evaluation on CPU (runs/demo, ~13 min)"
 	@echo "make test   - set up, then run the whole test suite"
-	@echo "make arena  - credit modules raced on the demo task from one warm start, 3 seeds, on the demo's practised goals (runs/arena, ~35-50 min)"
+	@echo "make arena  - credit modules raced on the demo task from one warm start, 3 seeds, on the demo's practised goals (runs/arena, ~45-60 min)"
 	@echo "make setup  - venv + CPU torch + agentrl[$(EXTRAS)] + system packages (idempotent)"
 	@echo "make lint   - ruff"
 	@echo "make truth  - credit estimators scored against exact advantages/gradients on finite MDPs, tabular and log-linear policy, + 100-seed races (runs/truth, ~8 min)"
@@ -107,9 +107,9 @@ demo-quick: setup
 
 # The arena (agentrl/arena.py) on the demo task: every estimator from the demo's seed-0 warm start,
 # on the goals the demo practises (RL moves success there), evaluated on their fresh draws.
-ARENA_ESTIMATORS ?= grpo,rloo,gigpo,hgpo,bigpo:embedder=hash_ngram,bipace_q,rtmc,salt
+ARENA_ESTIMATORS ?= grpo,rloo,gigpo,hgpo,bigpo:embedder=hash_ngram,bipace_q,rtmc,salt,graphgpo,g2po
 ARENA_SEEDS ?= 0,1,2
-# 24 runs x 20 steps took 50 minutes on 2 shared cores (about 35 idle); 40 steps take twice that
+# 24 runs x 20 steps took 50 minutes on 2 shared cores (about 35 idle; 30 took 48 shared); 40 steps take twice that
 ARENA_STEPS ?= 20
 ARENA_WORKERS ?= 2
 arena: setup
