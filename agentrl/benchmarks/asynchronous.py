@@ -123,7 +123,9 @@ def run_one(name: str, sft: Path, goals: list[int], steps: int, threads: int, ex
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), WANDB_MODE="offline", HF_HUB_OFFLINE="1")
     r = subprocess.run(argv, env=env, capture_output=True, text=True)
     if r.returncode:
-        raise RuntimeError(f"{name}: agentrl.train exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+        lines = r.stderr.strip().splitlines()
+        said = [x for x in lines if "error" in x.lower()] or lines  # a late warning may follow the error line
+        raise RuntimeError(f"{name}: agentrl.train exited {r.returncode}: {said[-1] if said else ''}")
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if x.strip()]
     rows = [x for x in rows if "step_time" in x]
     timed = rows[1:] or rows  # the first step pays the imports and the producer's start

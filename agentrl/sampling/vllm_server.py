@@ -66,10 +66,13 @@ def _engine(args: argparse.Namespace):
     from vllm import LLM
 
     # token ids in, token ids out: no tokenizer (the checkpoint's may need a newer transformers);
-    # no prefix cache (a cached prefix would outlive a weight update)
+    # no prefix cache (a cached prefix would outlive a weight update); no chunked prefill: a prompt
+    # split across engine steps makes vLLM rewind the request's seeded generator, which a CPU
+    # generator refuses ("CPU Generator does not use offset"), so every prompt is prefilled whole
+    # (the step's token budget is then at least the context length)
     return LLM(model=args.model, dtype=args.dtype, max_model_len=args.max_model_len, seed=args.seed,
-               enforce_eager=True, enable_prefix_caching=False, skip_tokenizer_init=True,
-               logprobs_mode="processed_logprobs")
+               enforce_eager=True, enable_prefix_caching=False, enable_chunked_prefill=False,
+               skip_tokenizer_init=True, logprobs_mode="processed_logprobs")
 
 
 def _tops(output, k: int) -> list[list[tuple[int, float]]]:

@@ -195,6 +195,18 @@ def test_requests_finish_on_their_own_and_follow_their_keys(engine, model_dir):
     assert _drain(engine, 1)[0][0].completion_ids == ids[1]
 
 
+def test_seeded_requests_beyond_one_steps_token_budget(engine, model_dir):
+    """More prompt tokens at once than one engine step schedules (vLLM-CPU's budget: 4096): with
+    chunked prefill a prompt would be split across steps and vLLM would rewind its seeded
+    generator, which a CPU generator cannot do ("CPU Generator does not use offset"); the server
+    runs without chunked prefill, so every prompt is prefilled whole."""
+    engine.load_weights(_hf(model_dir).state_dict(), version=7)
+    prompts = [[5 + (i + j) % 90 for j in range(200)] for i in range(24)]  # 4,800 prompt tokens
+    ids = engine.submit(prompts, SamplingSpec(max_new_tokens=4), seeds=list(range(100, 124)))
+    done = {f.request_id: f for p in _drain(engine, len(ids)) for f in p}
+    assert sorted(done) == sorted(ids) and all(len(f.completion_ids) == 4 for f in done.values())
+
+
 @pytest.mark.parametrize("workers", [0, 2], ids=["inline", "env-workers"])
 def test_continuous_play_on_vllm_requests(engine, model_dir, workers):
     # episodes of 5, 1 and 2 turns in 4 slots (the counting env with a length per task): each
