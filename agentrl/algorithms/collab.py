@@ -19,6 +19,8 @@ module). Its hooks:
 
 from __future__ import annotations
 
+import functools
+
 from agentrl.algorithms.base import Advantages, Algorithm, register_algorithm
 from agentrl.algorithms.collab_play import CollabPlay
 from agentrl.algorithms.role_steps import RoleSchedule, RoleSteps
@@ -64,12 +66,16 @@ class Collab(Algorithm):
             raise RecipeError("collab models run on one process (the role models are not wrapped for DDP or ZeRO-3)")
         role_models = {role: load_role_model(role, path, learner) for role, path in models.items()}
         main = tuple(dict.fromkeys(r.policy for r in self.collab.roles if r.name not in role_models))
+        # the store reads the learner's optimizer and model off the handle (a getattr, no code of this
+        # module) and generates with the player's generation: nothing calls back up into the plug-in
+        # or the player (tests/trainer/test_round_trips.py)
+        optimizer, model = (functools.partial(getattr, learner, name) for name in ("optimizer", "model"))
         if learner.is_deepspeed and len(main) > 1:  # swaps on each rank's partitions
-            swaps = Zero3SwappedPolicies(main, lambda: learner.optimizer)
+            swaps = Zero3SwappedPolicies(main, optimizer)
         else:
-            swaps = SwappedPolicies(learner.unwrapped_model, main, lambda: learner.optimizer)
+            swaps = SwappedPolicies(learner.unwrapped_model, main, optimizer)
         self.policies = PolicyStore({r.name: r.policy for r in self.collab.roles}, swaps, role_models,
-                                    player.generate, player.tokenizer, lambda: learner.model)
+                                    player.generation, player.tokenizer, model)
         """Where each role's weights live (``agentrl.policies``)."""
         self.schedule = RoleSchedule(self.collab.role_names, kw["role_schedule"], kw["role_block_steps"])
         self.role_steps = (RoleSteps(len(self.collab.roles), args.steps_per_generation,

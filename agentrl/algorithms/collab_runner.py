@@ -72,7 +72,7 @@ class CollabRunner(UpdateRunner):
     def rows(self, episodes, credited, mode):
         """Role-ordered steps: every role's rows to one count on every rank, role after role."""
         if not self._role_ordered(mode):
-            return super().rows(episodes, credited, mode)
+            return self.balanced_rows(episodes, credited, mode, self.pad_id())
         by_role: dict[str, list] = {n: [] for n in self.collab.role_names}
         for ep, adv in per_episode(episodes, credited.local()):
             by_role[ep.tokens.role.name] += episode_rows(ep, adv, credited.per_token)

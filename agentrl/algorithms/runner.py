@@ -52,16 +52,19 @@ class UpdateRunner:
     def rows(self, episodes: list[Episode], credited, mode: str) -> tuple[list[Row], RowCounts]:
         """Every episode's rows (from the context that played it), balanced to one count on every
         rank (``agentrl.rollout.rows.balance_rows``)."""
+        return self.balanced_rows(episodes, credited, mode, self.pad_id())
+
+    def balanced_rows(self, episodes: list[Episode], credited, mode: str,
+                      pad_id: int) -> tuple[list[Row], RowCounts]:
+        """``rows`` with the fillers' pad id given: a subclass passes its own down rather than this
+        method calling its override back (``tests/trainer/test_round_trips.py``)."""
         rows = [row for ep, adv in per_episode(episodes, credited.local())
                 for row in episode_rows(ep, adv, credited.per_token)]
-        return self.balance(rows, mode)
-
-    def balance(self, rows: list[Row], mode: str) -> tuple[list[Row], RowCounts]:
-        """``rows`` to the count every rank trains on (fillers or a seeded sample)."""
         c, lr = self.learner.config, self.learner
         spg = c.steps_per_generation if mode == "train" else 1
+        # to the count every rank trains on: fillers or a seeded sample
         target = row_target(lr.max_over_ranks(len(rows)), c.max_rows_per_rank, spg)
-        return balance_rows(rows, target, self.pad_id(), lr.row_rng())
+        return balance_rows(rows, target, pad_id, lr.row_rng())
 
     def micro_batches(self, batch: dict[str, Any], mode: str, *, by_length: bool,
                       generator: torch.Generator) -> list[dict[str, Any]]:

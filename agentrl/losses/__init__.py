@@ -17,7 +17,8 @@ log-probs are given (``agentrl.losses.correction``), the loss, and which of its 
 are not finite (the trainer's guard then refuses the update). The parts of the GRPO family are in
 ``agentrl.losses.policy``; an algorithm with its own surrogate registers it in its own file
 (APPO's Eq. 7: ``agentrl.algorithms.appo``). The registries are ``agentrl.losses.registry``, the
-data ``agentrl.losses.batch``, the composition frame and the lookup by name ``agentrl.losses.compose``.
+data ``agentrl.losses.batch``, the terms surrogates share ``agentrl.losses.terms``, the composition
+frame and the lookup by name ``agentrl.losses.compose``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 
 # The parts, bottom up, each importing only those below it: registry < correction < batch <
-# compose < policy; none imports this ``__init__`` (no cycle through the package).
+# terms < compose < policy; none imports this ``__init__`` (no cycle through the package).
 from . import policy  # noqa: F401  (registers the GRPO family)
 from .batch import LossBatch, LossOutput, LossSettings
 from .compose import (

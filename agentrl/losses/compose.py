@@ -1,6 +1,6 @@
-"""Composed policy losses: the frame that turns a surrogate and a reduction into a loss, the terms
-every surrogate shares, and the lookup of a loss by name (a registered one, or the composition
-``"surrogate+reduction"`` names). The frame, per token (``composed_loss``):
+"""Composed policy losses: the frame that turns a surrogate and a reduction into a loss, and the
+lookup of a loss by name (a registered one, or the composition ``"surrogate+reduction"`` names).
+The terms every surrogate shares are ``agentrl.losses.terms``. The frame, per token (``composed_loss``):
 
     loss_t = surrogate_t * w_t + beta * KL_t,   KL_t = exp(ref - logp) - (ref - logp) - 1
 
@@ -20,38 +20,7 @@ from agentrl.registry import resolve_params
 
 from .batch import LossBatch, LossOutput, LossSettings
 from .registry import LOSSES, PolicyLoss, Reduction, Surrogate, get, get_reduction, get_surrogate
-
-
-# ----------------------------------------------------------------------------------- shared terms
-def old_logps(b: LossBatch) -> torch.Tensor:
-    """The log-probs the rows were generated with (``logps`` detached when on-policy)."""
-    return b.logps.detach() if b.old_logps is None else b.old_logps
-
-
-def log_ratio(b: LossBatch, s: LossSettings) -> torch.Tensor:
-    """log r: (B, T) per token, or (B, 1) per row at ``ratio_level`` 'sequence'."""
-    lr = b.logps - old_logps(b)
-    if s.ratio_level == "sequence":
-        return ((lr * b.mask).sum(-1) / b.mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
-    return lr
-
-
-def kl_k3(b: LossBatch) -> torch.Tensor:
-    """The k3 estimator of KL(policy || reference) per token (non-negative, 0 where they agree)."""
-    d = b.ref_logps - b.logps
-    return torch.exp(d) - d - 1
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum, count) of ``x`` over the mask's tokens (the trainer divides after summing over ranks)."""
-    x = x.expand_as(mask)
-    return (x * mask).sum().detach(), mask.sum().detach()
-
-
-def row_means(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Each row's mean of ``x`` over its mask's tokens (rows without any: NaN, skipped by min/max)."""
-    x = x.expand_as(mask)
-    return ((x * mask).sum(-1) / mask.sum(-1)).detach()
+from .terms import kl_k3, log_ratio, masked_mean
 
 
 # ----------------------------------------------------------------------------------- the frame

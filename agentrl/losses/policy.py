@@ -40,8 +40,9 @@ import torch
 from agentrl.registry import Param
 
 from .batch import LossBatch, LossOutput, LossSettings
-from .compose import masked_mean, old_logps, register_loss_type, row_means
+from .compose import register_loss_type
 from .registry import register_reduction, register_surrogate
+from .terms import masked_mean, old_logps, row_means
 
 
 # ----------------------------------------------------------------------------------- surrogates

@@ -45,9 +45,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-from agentrl.rollout.env_batch import EnvBatch, EnvFailure
+from agentrl.rollout.env_batch import EnvBatch, EnvFailure, TimedEnvs
 from agentrl.rollout.episode import Episode, Slot
-from agentrl.rollout.episodes import GenerateFn, RolloutTiming, _Rollout, _TimedEnvs
+from agentrl.rollout.episodes import GenerateFn, RolloutTiming, _Rollout
 from agentrl.rollout.prompts import cut_at_stop
 from agentrl.rollout.settings import RolloutSettings
 from agentrl.sampling.keys import sampling_seed
@@ -112,7 +112,7 @@ class ContinuousPlay(_Rollout):
                  version: Callable[[], int] | None = None, before_tick: Callable[[], None] | None = None,
                  timing: RolloutTiming | None = None, requests: TurnRequests | None = None):
         timing = timing if timing is not None else RolloutTiming()
-        super().__init__([], generate, tokenizer, settings, _TimedEnvs(envs, timing), timing)
+        super().__init__([], generate, tokenizer, settings, TimedEnvs(envs, timing), timing)
         self.version_of, self.before_tick = version, before_tick
         self.requests = requests
         """Where turns are submitted as requests that finish on their own (None: per-tick batches)."""

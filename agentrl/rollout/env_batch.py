@@ -6,6 +6,7 @@ is the plain implementation (envs in this process, one call after another). A po
 processes implements the same methods (``EnvBatch`` below) and drops in through
 ``run_episodes(..., envs=pool)``: the batched calls are where it runs the envs in parallel, and
 where a crash or a timeout becomes an ``EnvFailure`` that ends only the episode concerned.
+``TimedEnvs`` wraps any batch to add the seconds of its calls to a ``RolloutTiming``.
 
 Slots are indices 0..n-1; slot i plays task i of a ``run_episodes`` call. A batch may be reused
 across calls (``reset_many`` starts every slot afresh); its owner closes it.
@@ -13,6 +14,7 @@ across calls (``reset_many`` starts every slot afresh); its owner closes it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -137,3 +139,29 @@ class InProcessEnvs:
             except Exception:  # closing is best effort: a broken env must not hide the result
                 pass
         self.envs = []
+
+
+class TimedEnvs:
+    """An env batch that adds the seconds of every call to ``timing.env_s`` (a ``RolloutTiming``);
+    other attributes (a pool's optional fast paths) pass through untimed. It lives here, not with
+    ``run_episodes``, because the contexts call it: the rollout hands it down, nothing calls back
+    into ``agentrl.rollout.episodes`` (``tests/trainer/test_round_trips.py``)."""
+
+    _TIMED = ("reset_many", "step_many", "user_prompt", "turn_message")
+
+    def __init__(self, envs: EnvBatch, timing: Any):
+        self._envs, self._timing = envs, timing
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._envs, name)
+        if name not in self._TIMED:
+            return fn
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._timing.env_s += time.perf_counter() - t0
+
+        return timed

@@ -23,7 +23,7 @@ from agentrl_envs.prompts import history_entry
 
 from agentrl.records import StepRecord
 from agentrl.rollout.contexts import make_context
-from agentrl.rollout.env_batch import EnvBatch, EnvFailure, InProcessEnvs
+from agentrl.rollout.env_batch import EnvBatch, EnvFailure, InProcessEnvs, TimedEnvs
 from agentrl.rollout.episode import Episode, Slot
 from agentrl.rollout.prompts import chat_text, cut_at_stop, encode
 from agentrl.rollout.settings import RolloutSettings
@@ -81,30 +81,6 @@ class RolloutTiming:
         return self.tokens / self.generate_s if self.generate_s > 0 else 0.0
 
 
-class _TimedEnvs:
-    """An env batch that adds the seconds of every call to ``timing.env_s``; other attributes
-    (a pool's optional fast paths) pass through untimed."""
-
-    _TIMED = ("reset_many", "step_many", "user_prompt", "turn_message")
-
-    def __init__(self, envs: EnvBatch, timing: RolloutTiming):
-        self._envs, self._timing = envs, timing
-
-    def __getattr__(self, name: str):
-        fn = getattr(self._envs, name)
-        if name not in self._TIMED:
-            return fn
-
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self._timing.env_s += time.perf_counter() - t0
-
-        return timed
-
-
 def _state_key(info: dict[str, Any]) -> str | None:
     """The env's ``info["state_key"]`` of the state an action is taken in (the info of the reset or
     step that showed it), as text; None where the env does not know its state."""
@@ -140,7 +116,7 @@ def run_episodes(tasks: Sequence[dict[str, Any]], generate: GenerateFn, tokenize
     timing = timing if timing is not None else RolloutTiming()
     t0 = time.perf_counter()
     try:
-        return _Rollout(tasks, generate, tokenizer, settings, _TimedEnvs(envs, timing), timing).run()
+        return _Rollout(tasks, generate, tokenizer, settings, TimedEnvs(envs, timing), timing).run()
     finally:
         timing.wall_s += time.perf_counter() - t0
         if own:

@@ -179,7 +179,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         """How every generate call of the run samples (``agentrl.sampling``; the learner's side of the
         rollout correction is scored under the same processing)."""
         setup = GenerationSetup(
-            model=lambda: state.model_wrapped, accelerator=self.accelerator, pad_id=self.processing_class.pad_token_id,
+            model=functools.partial(getattr, state, "model_wrapped"), accelerator=self.accelerator,
+            pad_id=self.processing_class.pad_token_id,
             eos_ids=list(self.eos_token_ids), generation_config=self.generation_config,
             generation_kwargs=getattr(self, "generation_kwargs", None), pad_to_multiple_of=self.pad_to_multiple_of,
             gather_ds3=a.ds3_gather_for_generation, checkpointing_kwargs=a.gradient_checkpointing_kwargs,
@@ -189,7 +190,9 @@ class AgentGRPOTrainer(GRPOTrainer):
             cb_lm_head_fp32=bool(a.cast_lm_head_to_fp32), sampler_dtype=sampler_dtype(a.sampler_dtype),
             fingerprint_layer=a.fingerprint_layer if self.need_fingerprint else None, seed=a.seed,
             rank=self.accelerator.process_index, spec=self.sampling_spec)
-        generation = PolicyGeneration(setup, version=lambda: state.step)
+        # the model and version are read off the learner state (a getattr, no code of this module), so
+        # generation never calls back into the trainer's module (tests/trainer/test_round_trips.py)
+        generation = PolicyGeneration(setup, version=functools.partial(getattr, state, "step"))
         scorer = Scorer(state, self.accelerator, self.processing_class.pad_token_id, a.per_device_train_batch_size,
                         Reference(state, self.ref_model, self.accelerator))
         return Player(a, generation, self.processing_class, Ranks.of(self.accelerator), score=scorer,
@@ -337,12 +340,11 @@ class AgentGRPOTrainer(GRPOTrainer):
         values.update(batch.metrics)
         if mode == "train":  # env failures: counted, the first one said, a stop when nothing trains
             values.update(self.env_failures.observe(
-                batch.episodes, counts.real, self.state.global_step + 1,
-                lambda x: gather_object([x]) if self.accelerator.num_processes > 1 else [x],
-                (lambda m: print(m, flush=True)) if self.accelerator.is_main_process else None))
+                batch.episodes, counts.real, self.state.global_step + 1, Ranks.of(self.accelerator).gather,
+                functools.partial(print, flush=True) if self.accelerator.is_main_process else None))
             values.update(self.zero_signal.observe(
                 credited.records, credited.advantages, self.state.global_step + 1,
-                (lambda m: print(m, file=sys.stderr, flush=True)) if self.accelerator.is_main_process else None))
+                functools.partial(print, file=sys.stderr, flush=True) if self.accelerator.is_main_process else None))
         for k, v in values.items():
             m[k].append(v)
 
@@ -515,8 +517,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         """TRL's scheduler, held while the guard skips a step (DeepSpeed holds its own)."""
         sched = super().create_scheduler(num_training_steps, optimizer)
         if not self.is_deepspeed_enabled and not isinstance(sched, (HeldScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)):
-            state = self.learner_state
-            self.lr_scheduler = HeldScheduler(sched, lambda: state.skip_update)
+            self.lr_scheduler = HeldScheduler(sched, functools.partial(getattr, self.learner_state, "skip_update"))
         return self.lr_scheduler
 
     # ------------------------------------------------------------------ checkpoints
