@@ -172,7 +172,7 @@ def _print_table(results: list[dict], seed: int) -> None:
 
 def _print_summary(summary: list[dict], reference: str | None) -> None:
     def f(v, spec):
-        return f"{v[0]:{spec}} ± {v[1]:{spec}}" if v else "-"
+        return f"{v[0]:{spec}} ± {v[1]:{spec.lstrip('+')}}" if v else "-"  # a signed mean, an unsigned s.e.
 
     print(f"paired by seed (mean ± s.e. over {summary[0]['seeds']} seeds; the reference is {reference or 'none'})")
     print(f"{'run':<10} {'steps/h':>14} {'x best sync':>13} {'x reference':>13} {'success':>15} {'- reference':>15}")
