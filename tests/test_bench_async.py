@@ -60,3 +60,17 @@ def test_bad_bench_arguments_are_one_line_and_exit_2(args, said):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0], r.stderr
+
+
+def test_mixed_goals_take_every_family_in_turn():
+    from agentrl_envs.textcraft import goal_pool
+
+    from agentrl.benchmarks.asynchronous import mixed_goals
+
+    fams = ["depth2", "depth3", "depth4"]
+    pool = goal_pool("train", fams)
+    seeds = mixed_goals(fams)
+    assert [pool[s % len(pool)][0] for s in seeds] == ["depth2", "depth3", "depth4", "depth2"]
+    assert len(set(seeds)) == 4
+    # one family: its first goals, as the seeds 0..n-1 of its own pool
+    assert mixed_goals(["depth3"], 3) == [0, 1, 2]

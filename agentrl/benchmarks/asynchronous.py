@@ -22,7 +22,8 @@ optimizer steps, each in a fresh process:
 venv; the synchronous runs' engine beside the learner, the asynchronous runs' in the producer, where
 a continuous producer submits each turn as a request of its own: continuous batching, env steps
 while the other turns generate). ``--families`` mixes TextCraft's crafting depths
-(``task_families``): episodes of mixed lengths, where a lock-step turn waits for its slowest episode.
+(``task_families``; without ``--goals`` the 4 goals are taken in turn from each family,
+:func:`mixed_goals`): episodes of mixed lengths, where a lock-step turn waits for its slowest episode.
 
 Per run it prints the median seconds per step after the first (TRL's ``step_time``; for async the
 learner's wait for its batch is inside it), steps per hour, the learner's idle share (its wait
@@ -60,6 +61,27 @@ def _warm(out: Path) -> tuple[Path, list[int]]:
         subprocess.run([sys.executable, "-m", "agentrl.demo", "--warm-only", "--quick", "--out", str(out)], check=True,
                        env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
     return out / "sft", json.loads((out / "practised.json").read_text())["goals"]
+
+
+def mixed_goals(families: list[str], n: int = 4) -> list[int]:
+    """``n`` TextCraft training goals taken in turn from each family (task seeds into the pool the
+    env draws from: ``pool[seed % len(pool)]``, families in the env's order), so a run with
+    ``--families`` plays every depth and its episodes' lengths differ (the first ``n`` seeds of
+    the pool would all be of its first family)."""
+    from agentrl_envs.textcraft import goal_pool
+
+    pool = goal_pool("train", families)
+    start: dict[str, int] = {}
+    for i, (family, _) in enumerate(pool):
+        start.setdefault(family, i)
+    ends = {f: start[f] + sum(1 for g in pool if g[0] == f) for f in start}
+    if n > len(pool):
+        raise ValueError(f"{n} goals asked of families {','.join(families)}, which have {len(pool)}")
+    seeds, j = [], 0
+    while len(seeds) < n:
+        seeds += [start[f] + j for f in start if start[f] + j < ends[f]][: n - len(seeds)]
+        j += 1
+    return seeds
 
 
 def _mean_se(xs: list[float]) -> tuple[float, float]:
@@ -226,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         goals = json.loads(Path(a.goals).read_text())["goals"] if a.goals else list(range(4))
     else:
         sft, goals = _warm(work / "warm")
+    if a.families and not a.goals:
+        goals = mixed_goals(a.families.split(","))
     by_seed = {}
     for seed in seeds:
         seeded = [*common, "--seed", str(seed)]
