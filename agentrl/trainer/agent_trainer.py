@@ -150,6 +150,10 @@ class AgentGRPOTrainer(GRPOTrainer):
         if self.accelerator.device.type == "cuda":
             cudnn_attention(bool(args.allow_cudnn_attention))
         self.add_callback(EpochTaskOrder())  # a resumed run draws the tasks the uninterrupted one did
+        # TRL's loop creates (or, under DeepSpeed, wraps) the optimizer after this and before its
+        # first callbacks: the learner state holds it from then on, for any callback that swaps
+        # policies or reads the optimizer before our first step
+        self.add_callback(_SyncOnTrainBegin(self._sync_state))
         self.learner = Learner(
             self.learner_state, args, self.processing_class, self.accelerator,
             sampling={"temperature": self.temperature, "generation_kwargs": dict(self.generation_kwargs)},
@@ -604,6 +608,16 @@ def _picklable(values: dict[str, Any]) -> dict[str, Any]:
             continue
         out[k] = v
     return out
+
+
+class _SyncOnTrainBegin(TrainerCallback):
+    """Brings the learner state up to date (``sync``) when TRL's loop begins training."""
+
+    def __init__(self, sync):
+        self.sync = sync
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.sync()
 
 
 class _PublishWeights(TrainerCallback):
