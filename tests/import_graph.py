@@ -60,7 +60,7 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
      "the TRL subclass (the learner) and its steps"),
     ("apps", ("agentrl.__main__", "agentrl.cli", "agentrl.train", "agentrl.launch", "agentrl.recipe_hook",
               "agentrl.sft", "agentrl.warm_start", "agentrl.evaluation", "agentrl.demo", "agentrl.demo_goals", "agentrl.demo_alfworld", "agentrl.arena", "agentrl.arena_stats",
-              "agentrl.report", "agentrl.show", "agentrl.truth", "agentrl.benchmarks", "agentrl.serve_openai",
+              "agentrl.report", "agentrl.show", "agentrl.truth", "agentrl.benchmarks", "agentrl.serve_openai", "agentrl.serve_engine",
               "agentrl.credit.__main__",
               "agentrl.credit.compare"),
      "commands: import the library, never imported by it"),

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate.utils import gather_object
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer
 from trl import GRPOTrainer
 
 from agentrl import losses
@@ -57,6 +57,7 @@ from agentrl.rollout.ranks import Ranks
 from agentrl.rollout.rows import RowCounts, pack_rows, real_token_share
 from agentrl.sampling.spec import SamplingSpec
 from agentrl.sampling.vllm_engine import uses_engine
+from agentrl.trainer.callbacks import PublishWeights, SyncOnTrainBegin
 from agentrl.trainer.credited import Credited, credit_requirements
 from agentrl.trainer.guard import HeldScheduler, NonFiniteGuard, nonfinite_grads
 from agentrl.trainer.logprobs import completion_logps, install_compact_lm_heads
@@ -71,7 +72,7 @@ from agentrl.trainer.update import (
     old_logps,
     sampler_dtype,
 )
-from agentrl.trainer.views import Reference, Scorer, WeightsView
+from agentrl.trainer.views import Reference, Scorer
 from agentrl.trainer.zero_signal import ZeroSignalWatch
 
 
@@ -153,7 +154,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         # TRL's loop creates (or, under DeepSpeed, wraps) the optimizer after this and before its
         # first callbacks: the learner state holds it from then on, for any callback that swaps
         # policies or reads the optimizer before our first step
-        self.add_callback(_SyncOnTrainBegin(self._sync_state))
+        self.add_callback(SyncOnTrainBegin(self._sync_state))
         self.learner = Learner(
             self.learner_state, args, self.processing_class, self.accelerator,
             sampling={"temperature": self.temperature, "generation_kwargs": dict(self.generation_kwargs)},
@@ -167,7 +168,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         evaluation rollouts of an asynchronous one."""
         self.source = self._async_source() if args.rollout_mode == "async" else self.eval_source
         """Where each training iteration's episodes come from (``agentrl.producer``)."""
-        self.add_callback(_PublishWeights(self.source))
+        self.add_callback(PublishWeights(self.source))
         self.algorithm.bind(self.eval_source.player, self.learner)
         self.runner = self.algorithm.runner(self.learner)
         """Where the rows train (``agentrl.algorithms.runner``)."""
@@ -219,36 +220,14 @@ class AgentGRPOTrainer(GRPOTrainer):
     def _async_source(self):
         """The asynchronous source (``agentrl.producer.async_source``): a producer process per rank
         with the model folder, the sampling settings and the task plan of this run."""
-        import sys
+        from agentrl.trainer.sources import async_source
 
-        from agentrl.config import config_keys
-        from agentrl.models.lora import build_peft_config
-        from agentrl.producer.async_source import AsyncSettings, AsyncSource
-        from agentrl.producer.plan import TaskPlan
-        from agentrl.producer.worker import ProducerSpec
-        from agentrl.sampling.vllm_engine import engine_settings
-
-        a, ranks = self.args, Ranks.of(self.accelerator)
-        if not self._model_path:
-            raise RecipeError("rollout_mode async needs the model as a folder (the producer loads it)")
-        init = {k: v for k, v in dict(a.model_init_kwargs or {}).items() if k != "device_map"}
-        gen = self.eval_source.player.generation.setup
-        spec = ProducerSpec(
-            config={**_picklable({k: getattr(a, k) for k in config_keys()}), "algorithm_name": self.algorithm.name},
-            model_path=str(self._model_path), model_init_kwargs=init, peft_config=build_peft_config(a),
-            generation_config=gen.generation_config, generation_kwargs=gen.generation_kwargs, pad_id=gen.pad_id,
-            eos_ids=gen.eos_ids, pad_to_multiple_of=gen.pad_to_multiple_of, fingerprint_layer=gen.fingerprint_layer,
-            autocast="bfloat16" if a.bf16 else "float16" if a.fp16 else None, sampler_dtype=gen.sampler_dtype,
-            plan=TaskPlan.of(self.train_dataset, a, ranks.world), rank=ranks.rank, world=ranks.world,
-            max_staleness=a.max_staleness, first_iteration=0, threads=a.async_producer_threads,
-            env_modules=list(a.env_modules or []), sys_path=list(sys.path),
-            vllm=engine_settings(a, self._model_path) if self._engine_vllm else None)
         plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
-        weights = WeightsView(self.learner_state, self.accelerator, adapter_only=bool(a.use_peft),
-                              zero3=bool(self.is_deepspeed_enabled and plugin is not None and plugin.zero_stage == 3))
-        return AsyncSource(spec, AsyncSettings.of(a), ranks, weights=weights,
-                           tokenizer=self.processing_class, context_settings=self.eval_source.player.settings,
-                           evaluation=self.eval_source)
+        return async_source(
+            self.args, model_path=self._model_path, algorithm_name=self.algorithm.name,
+            train_dataset=self.train_dataset, accelerator=self.accelerator, eval_source=self.eval_source,
+            learner_state=self.learner_state, tokenizer=self.processing_class, vllm_engine=self._engine_vllm,
+            zero3=bool(self.is_deepspeed_enabled and plugin is not None and plugin.zero_stage == 3))
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's training loop; a checkpoint to resume from must be of this run's kind (one line
@@ -594,37 +573,3 @@ ENV_FAILURES_FILE = "env_failures.json"
 """The env-failure watch's counts in a checkpoint folder."""
 ZERO_SIGNAL_FILE = "zero_signal.json"
 """The zero-signal watch's count of steps without a gradient, in a checkpoint folder."""
-
-
-def _picklable(values: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``values`` that pickle (a producer process gets them)."""
-    import pickle
-
-    out = {}
-    for k, v in values.items():
-        try:
-            pickle.dumps(v)
-        except Exception:  # noqa: BLE001  (an object of the launcher's: the producer does not need it)
-            continue
-        out[k] = v
-    return out
-
-
-class _SyncOnTrainBegin(TrainerCallback):
-    """Brings the learner state up to date (``sync``) when TRL's loop begins training."""
-
-    def __init__(self, sync):
-        self.sync = sync
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.sync()
-
-
-class _PublishWeights(TrainerCallback):
-    """Tells the rollout source the learner's policy version after every optimizer step."""
-
-    def __init__(self, source):
-        self.source = source
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.source.publish(state.global_step)
