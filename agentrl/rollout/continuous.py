@@ -252,13 +252,7 @@ class ContinuousPlay(_Rollout):
         lps = [list(f.logprobs[:len(c)]) for f, c in zip(done, comps, strict=True)]
         now = self.version_of() if self.version_of is not None else None
         versions = [now if f.version is None else f.version for f in done]
-        responses = [self.context.response_text(s, c) for s, c in zip(slots, comps, strict=True)]
-        results = self.envs.step_many([(s.i, r) for s, r in zip(slots, responses, strict=True)])
-        for j, (s, res) in enumerate(zip(slots, results, strict=True)):
-            if isinstance(res, EnvFailure):
-                self._end(s, truncated=True, error=res.reason)
-            else:
-                self._apply(s, comps[j], lps[j], None, responses[j], res, versions[j])
+        self._step(slots, comps, None, lps, versions)
 
     def _leave(self) -> None:
         """Ended episodes free their slots; a group whose episodes have all ended is complete (its

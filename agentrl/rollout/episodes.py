@@ -244,9 +244,12 @@ class _Rollout:
             comps = [cut_at_stop(list(c), self.tokenizer, self.settings.stop_strings) for c in comps]
         return comps, fps, [list(lp[:len(c)]) for c, lp in zip(comps, lps, strict=True)]
 
-    def _step(self, active: list[Slot], completions, fps, logprobs, version: int | None = None) -> None:
-        """One step_many for all active slots, then each result applied to its episode."""
+    def _step(self, active: list[Slot], completions, fps, logprobs,
+              version: int | list[int | None] | None = None) -> None:
+        """One step_many for all active slots, then each result applied to its episode (``version``:
+        the one that generated every completion, or each slot's own)."""
         comps = [list(completions[j]) for j in range(len(active))]
+        versions = version if isinstance(version, list) else [version] * len(active)
         responses = [self.context.response_text(s, c) for s, c in zip(active, comps, strict=True)]
         results = self.envs.step_many([(s.i, r) for s, r in zip(active, responses, strict=True)])
         for j, (s, res) in enumerate(zip(active, results, strict=True)):
@@ -254,7 +257,8 @@ class _Rollout:
                 # The step that failed is not recorded (there is no reward for it); the episode ends.
                 self._end(s, truncated=True, error=res.reason)
             else:
-                self._apply(s, comps[j], logprobs[j], fps[j] if fps is not None else None, responses[j], res, version)
+                self._apply(s, comps[j], logprobs[j], fps[j] if fps is not None else None, responses[j], res,
+                            versions[j])
 
     def _apply(self, s: Slot, comp: list[int], logprobs: list[float], fp, response: str, result,
                version: int | None = None) -> None:
