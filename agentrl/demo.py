@@ -40,6 +40,14 @@ from agentrl.cli_args import both_spellings
 from agentrl.demo_alfworld import ENV_ID as ALFWORLD_ID
 from agentrl.demo_alfworld import FAMILIES as ALFWORLD_FAMILIES
 from agentrl.demo_alfworld import GameSet
+from agentrl.demo_eval import (
+    eval_sets,
+    evaluate_sets,
+    fresh_draws,
+    held_out_settings,
+    phase,
+    sampled_practised,
+)
 from agentrl.demo_goals import (
     FAMILIES,
     MEDIOCRE,
@@ -81,11 +89,16 @@ DESIGNS: dict[str, dict[str, Any]] = {
     # (valid_seen) and the held-out split (valid_unseen) are played whole (eval_episodes None),
     # after SFT and after RL only (save_steps = rl_steps). 2 threads: a 135M model generates
     # faster on both cores (the demo's one design that owns the machine, a seed at a time).
+    # Memory (<= 6 GB): SFT's batch of 8 as 4 accumulated micro-batches of 2 (sft_accum), at most 32
+    # episodes generated together (eval_batch). practised_samples: each practised game also played
+    # 8 times sampled at the recipe's temperature after SFT and after RL (the game as unit: one
+    # greedy episode per game makes a step of 12.5 points).
     "alfworld": dict(recipe="demo_alfworld.yaml", env_id=ALFWORLD_ID, families=ALFWORLD_FAMILIES, games=GameSet(),
                      env_kwargs={"prompt_style": "brief", "invalid_action_penalty": 0.0}, base="smollm2",
-                     sft_episodes=None, sft_steps=48, sft_lr=1e-4, sft_batch=8, threads=2, bf16=True, rl_steps=12,
+                     sft_episodes=None, sft_steps=48, sft_lr=1e-4, sft_batch=2, sft_accum=4, threads=2, bf16=True, rl_steps=12,
                      save_steps=12, practised_goals=8, selection_pool=50, selection_samples=2, fresh_draws=1,
                      eval_episodes=None, eval_turns=10, unseen_split="valid_seen", heldout_split="valid_unseen",
+                     eval_batch=32, practised_samples=8,
                      title="ALFWorld, 5 task types"),
 }
 # eval_turns as the recipe's max_turns: `agentrl eval` of a demo checkpoint gives the demo's figure
@@ -118,27 +131,6 @@ def memory_meter():
         return PhaseMeter(default_gauges())
     except OSError:
         return None
-
-
-def phase(meter, name: str):
-    """``meter.phase(name)``, then freed heap pages back to the OS (so the next phase does not carry
-    this one's peak as resident memory); nothing without a meter."""
-    import contextlib
-
-    from agentrl.memory_meter import release_freed_memory
-
-    @contextlib.contextmanager
-    def ctx():
-        try:
-            if meter is None:
-                yield
-            else:
-                with meter.phase(name):
-                    yield
-        finally:
-            release_freed_memory()
-
-    return ctx()
 
 
 # SmolLM2's chat template adds a 20-token system line when no system message is given: a third
@@ -193,12 +185,6 @@ def resolve_design(name: str) -> dict[str, Any]:
     return design
 
 
-def fresh_draws(design: dict, scale: dict) -> int:
-    """Fresh episodes per practised goal: TextCraft redraws a goal's distractor recipes; an
-    ALFWorld game (a design with ``games``) is the same on every reset, so one episode says all."""
-    return 1 if "games" in design else scale["fresh_draws"]
-
-
 def select_goals(model_dir: Path, argv: list[str], design: dict, scale: dict, k: int, seed: int,
                  timings: dict[str, float]) -> tuple[list[int], dict[str, Any]]:
     """Score the warm start on a selection draw of the first ``selection_pool`` training goals
@@ -210,7 +196,7 @@ def select_goals(model_dir: Path, argv: list[str], design: dict, scale: dict, k:
     n = min(scale["selection_pool"], pool)
     draw = fresh_draws(design, scale) + 1
     hs = held_out_settings(argv, 0, scale["eval_turns"], design["families"], "train",
-                           [g + draw * pool for g in range(n)])
+                           [g + draw * pool for g in range(n)], design.get("eval_batch", 0))
     greedy = evaluate_wins(str(model_dir), hs)["wins"]
     sampled = sampled_success(str(model_dir), hs, scale["selection_samples"], seed=seed)
     goals = choose_goals(greedy, sampled, min(k, n))
@@ -263,7 +249,7 @@ def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path
     sft_dir = s.out / "sft"
     steps = QUICK[f"sft_steps_{s.design}"] if s.quick else design["sft_steps"]
     m = sft.sft_train(base, data.steps, sft_dir, max_steps=steps, learning_rate=design["sft_lr"],
-                      batch_size=design["sft_batch"], seed=s.seed, quiet=True, logging_steps=max(steps // 10, 1),
+                      batch_size=design["sft_batch"], grad_accum=design.get("sft_accum", 1), seed=s.seed, quiet=True, logging_steps=max(steps // 10, 1),
                       bf16=design["bf16"])
     m.pop("trainer", None)
     (sft_dir / "sft_metrics.json").write_text(json.dumps(m, indent=2))
@@ -306,32 +292,6 @@ def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: i
             "--log_memory", "true",  # mem/<phase>_gib per step in metrics.jsonl
             "--overwrite_output_dir", "true",  # a rerun of the demo starts its RL phase afresh
             *s.rl_overrides]
-
-
-def held_out_settings(argv: list[str], n_eval: int, eval_turns: int, families: list[str], split: str = "valid",
-                      seeds: list[int] | None = None):
-    """The recipe's own rollout settings (prompt style, history, completion length) on the valid
-    goals (``split="train"`` with ``seeds``: on fresh episodes of the practised goals)."""
-    from agentrl.config import load_recipe
-    from agentrl.evaluation.heldout import HeldOutSettings
-
-    cfg = load_recipe(argv[0], argv[1:])
-    hs = HeldOutSettings.from_config(cfg, split=split, episodes=n_eval, families=families, seeds=seeds or None)
-    hs.max_turns = eval_turns
-    return hs
-
-
-def _evaluate(model_dir: Path, sets: dict, timings: dict[str, float], meter=None) -> dict[str, dict[str, Any]]:
-    """Greedy evaluation of one checkpoint on each named set of episodes (timed per set)."""
-    from agentrl.evaluation.heldout import evaluate_wins
-
-    res = {}
-    for name, hs in sets.items():
-        t = time.time()
-        with phase(meter, "eval"):
-            res[name] = evaluate_wins(str(model_dir), hs)
-        timings[f"eval_{name}_s"] = timings.get(f"eval_{name}_s", 0.0) + time.time() - t
-    return res
 
 
 def _train_curve(rl_dir: Path, steps: int) -> list[tuple[int, float]]:
@@ -385,8 +345,10 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
             goals, selection = select_goals(sft_dir, recipe_argv, design, scale, k, seed, timings)
     argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], goals)
     sets = eval_sets(argv, design, scale, goals)
+    samples = design.get("practised_samples", 0) and (2 if quick else design["practised_samples"])
     with precision(design):
-        before = _evaluate(sft_dir, sets, timings, meter)
+        before = evaluate_sets(sft_dir, sets, timings, meter)
+        sampled = {"before": sampled_practised(sft_dir, sets["practised"], samples, seed, timings, meter)} if samples else {}
     for name, r in before.items():
         log(f"{name} success after SFT: {r['success']:.1f}% +- {r['success_se']:.1f} ({r['episodes']} episodes, "
             f"invalid actions {100 * r['invalid_rate']:.0f}%)")
@@ -407,13 +369,16 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     after = before
     for step, ck in sorted((int(p.name.split("-")[1]), p) for p in rl_dir.glob("checkpoint-*")):
         with precision(design):
-            after = _evaluate(ck, sets, timings, meter)
+            after = evaluate_sets(ck, sets, timings, meter)
         parts = []
         for name, r in after.items():
             gain, se = paired_difference(before[name]["wins"], r["wins"])
             curves[name].append((step, r["success"], r["success_se"], se))
             parts.append(f"{name} {r['success']:.1f}% ({gain:+.1f} +- {se:.1f})")
         log(f"  step {step}: " + "; ".join(parts))
+    if samples:
+        with precision(design):
+            sampled["after"] = sampled_practised(ck, sets["practised"], samples, seed, timings, meter)
     train_curve = _train_curve(rl_dir, steps)
     plot_curve(curves["practised"], curves["heldout"], train_curve, s.out / "learning_curve.png", len(goals),
                before["heldout"]["episodes"], seed, design.get("title", "TextCraft depth-2"))
@@ -426,6 +391,13 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
         gain, se = paired_difference(before[name]["wins"], after[name]["wins"])
         summary[name] = {"before": before[name], "after": after[name], "gain": gain, "gain_paired_se": se,
                          "curve": curves[name], "settings": sets[name].to_dict()}
+    if sampled:
+        gain, se = paired_difference(sampled["before"], sampled["after"])
+        summary["practised_sampled"] = {**sampled, "samples": samples, "temperature": 1.0, "gain": gain,
+                                        "gain_paired_se": se}
+        log(f"practised games sampled ({samples} episodes each, the game as unit): "
+            f"{100 * sum(sampled['before']) / len(goals):.1f}% -> {100 * sum(sampled['after']) / len(goals):.1f}% "
+            f"({gain:+.1f} +- {se:.1f})")
     summary["memory"] = memory_summary(meter, rl_dir)
     summary.update({"train_curve": train_curve, "warm_start": str(sft_dir), "timings": timings,
                     "rl_s_per_step": timings["rl_s"] / steps, "checkpoint": str(rl_dir), "rl_command": argv})
@@ -445,26 +417,6 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
            f"{summary['unseen']['gain_paired_se']:.1f}); " if "unseen" in summary else "") + "timings (s) "
         + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()) + f"; curve {s.out / 'learning_curve.png'}")
     return summary
-
-
-def eval_sets(argv: list[str], design: dict, scale: dict, goals: list[int]) -> dict[str, Any]:
-    """The greedy evaluation's sets of episodes: ``practised`` (fresh episodes of the practised
-    goals), ``unseen`` where the design names an ``unseen_split`` (unseen games of the practised
-    task types), ``heldout`` (the design's ``heldout_split``, default ``valid``). ``eval_episodes``
-    None (or more than a split holds) plays each game of the split once."""
-    fams, turns, sizes = design["families"], scale["eval_turns"], design.get("split_sizes", {})
-
-    def n(split: str) -> int:
-        want = scale["eval_episodes"]
-        return sizes[split] if split in sizes and (want is None or want > sizes[split]) else want
-
-    sets = {"practised": held_out_settings(argv, 0, turns, fams, "train",
-                                           practised_seeds(goals, fresh_draws(design, scale), design["pool"]))}
-    if design.get("unseen_split"):
-        sets["unseen"] = held_out_settings(argv, n(design["unseen_split"]), turns, fams, design["unseen_split"])
-    split = design.get("heldout_split", "valid")
-    sets["heldout"] = held_out_settings(argv, n(split), turns, fams, split)
-    return sets
 
 
 def memory_summary(meter, rl_dir: Path) -> dict[str, Any]:
@@ -487,9 +439,12 @@ def memory_summary(meter, rl_dir: Path) -> dict[str, Any]:
 def report_line(summary: dict[str, Any]) -> str:
     """The demo's last line: the practised goals first (RL's question), held-out transfer second."""
     pr, ho = summary["practised"], summary["heldout"]
-    un = summary.get("unseen")
+    un, sp = summary.get("unseen"), summary.get("practised_sampled")
     return (f"demo: practised goals before={pr['before']['success']:.1f} after={pr['after']['success']:.1f} "
             f"(paired s.e. {pr['gain_paired_se']:.1f}); "
+            + (f"sampled before={100 * sum(sp['before']) / len(sp['before']):.1f} "
+               f"after={100 * sum(sp['after']) / len(sp['after']):.1f} (paired s.e. {sp['gain_paired_se']:.1f}); "
+               if sp else "")
             + (f"unseen games before={un['before']['success']:.1f} after={un['after']['success']:.1f}; " if un else "")
             + f"held-out before={ho['before']['success']:.1f} after={ho['after']['success']:.1f}")
 

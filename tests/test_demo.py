@@ -29,6 +29,14 @@ def test_paired_gain_by_hand():
     assert abs(se - 100 * (0.7 / 5) ** 0.5) < 1e-9
 
 
+def test_paired_gain_of_rates_by_hand():
+    # sampled success per game (the game as unit): d = [0.5, 0, -0.25, 0.75], mean 0.25 -> +25
+    # points; sample var = (0.0625 + 0.0625 + 0.25 + 0.25) / 3 = 0.2083..
+    gain, se = paired_difference([0.25, 0.5, 0.75, 0.0], [0.75, 0.5, 0.5, 0.75])
+    assert abs(gain - 25.0) < 1e-9
+    assert abs(se - 100 * (0.625 / 3 / 4) ** 0.5) < 1e-9
+
+
 def test_choose_goals_by_hand():
     greedy = [True, False, False, True, False, True, True, False]
     sampled = [0.5, 0.25, 0.75, 0.625, 0.0, 1.0, 0.375, 0.5]

@@ -141,8 +141,17 @@ def test_pipeline_end_to_end_at_toy_scale(game_root, tmp_path, monkeypatch):
     split = json.loads((out / "split.json").read_text())
     assert split["train"] == split_games(game_root, FAMILIES)["train"]
     assert {r["phase"] for r in s["memory"]["phases"]} == {"sft", "select", "eval", "rl"}
+    # each practised game also sampled (2 episodes each in the quick run) after SFT and after RL,
+    # 32 episodes generated together at most; SFT's batch as accumulated micro-batches
+    sp = s["practised_sampled"]
+    assert sp["samples"] == 2 and len(sp["before"]) == len(sp["after"]) == 4
+    assert all(r in (0.0, 0.5, 1.0) for r in sp["before"] + sp["after"])
+    assert sp["gain"] == pytest.approx(100 * (sum(sp["after"]) - sum(sp["before"])) / 4)
+    assert pr["settings"]["max_batch"] == un["settings"]["max_batch"] == 32
+    assert json.loads((out / "sft" / "sft_metrics.json").read_text())["train_steps"] == 4
     line = demo.report_line(s)
     assert re.fullmatch(r"demo: practised goals before=\d+\.\d after=\d+\.\d \(paired s\.e\. \d+\.\d\); "
+                        r"sampled before=\d+\.\d after=\d+\.\d \(paired s\.e\. \d+\.\d\); "
                         r"unseen games before=\d+\.\d after=\d+\.\d; held-out before=\d+\.\d after=\d+\.\d", line)
     # the warm start's run record names the game set, so `agentrl eval --checkpoint` finds it
     assert game_root in (out / "sft" / "recipe.yaml").read_text()

@@ -54,6 +54,10 @@ class HeldOutSettings:
     """Sampled evaluation's top-p (the recipe's; 1.0: none)."""
     min_p: float = 0.0
     """Sampled evaluation's min-p (the recipe's; 0.0: none)."""
+    max_batch: int = 0
+    """Episodes played (and generated) together at most; 0: all at once. Bounds the memory of a
+    large evaluation (each episode in a batch holds its KV cache and per-step scores); a greedy
+    episode's outcome does not depend on it, a sampled one's draws do."""
 
     @classmethod
     def from_config(cls, cfg, split: str = "valid", episodes: int = 59,
@@ -95,7 +99,9 @@ def _rollout(model_dir: str, s: HeldOutSettings, seed: int, repeats: int = 1, te
         options["families"] = list(s.families)
     seeds = list(s.seeds) if s.seeds is not None else list(range(s.episodes))
     tasks = [{"seed": k, "options": options, "group_id": f"heldout-{k}"} for k in seeds for _ in range(repeats)]
-    return run_episodes(tasks, gen, tok, rollout_settings(s))
+    size = s.max_batch if s.max_batch > 0 else max(len(tasks), 1)
+    rs = rollout_settings(s)
+    return [e for i in range(0, len(tasks), size) for e in run_episodes(tasks[i:i + size], gen, tok, rs)]
 
 
 def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str, Any]:
@@ -120,16 +126,17 @@ def sampled_success(model_dir: str, s: HeldOutSettings, samples: int, temperatur
     return [sum(wins[i:i + samples]) / samples for i in range(0, len(wins), samples)]
 
 
-def paired_difference(before: list[bool], after: list[bool]) -> tuple[float, float]:
+def paired_difference(before: list[bool] | list[float], after: list[bool] | list[float]) -> tuple[float, float]:
     """Difference in points over the same tasks and its paired standard error.
 
     With d_i = after_i - before_i in {-1, 0, 1}, the s.e. of mean(d) is std(d) / sqrt(n); what
-    the tasks share cancels out of the variance, which an unpaired s.e. ignores.
+    the tasks share cancels out of the variance, which an unpaired s.e. ignores. Outcomes may be
+    per-task success rates in [0, 1] (``sampled_success``): then the task is the unit.
     """
     n = len(before)
     if n == 0 or n != len(after):
         raise ValueError(f"paired outcomes need two equal non-empty lists, got {n} and {len(after)}")
-    d = [int(a) - int(b) for a, b in zip(after, before, strict=True)]
+    d = [float(a) - float(b) for a, b in zip(after, before, strict=True)]
     mean = sum(d) / n
     var = sum((x - mean) ** 2 for x in d) / max(n - 1, 1)
     return 100 * mean, 100 * math.sqrt(var / n)

@@ -57,7 +57,7 @@ from agentrl.rollout.ranks import Ranks
 from agentrl.rollout.rows import RowCounts, pack_rows, real_token_share
 from agentrl.sampling.spec import SamplingSpec
 from agentrl.sampling.vllm_engine import uses_engine
-from agentrl.trainer.callbacks import PublishWeights, SyncOnTrainBegin
+from agentrl.trainer.callbacks import PublishWeights, ReleaseFreedMemory, SyncOnTrainBegin
 from agentrl.trainer.credited import Credited, credit_requirements
 from agentrl.trainer.guard import HeldScheduler, NonFiniteGuard, nonfinite_grads
 from agentrl.trainer.logprobs import completion_logps, install_compact_lm_heads
@@ -169,6 +169,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         self.source = self._async_source() if args.rollout_mode == "async" else self.eval_source
         """Where each training iteration's episodes come from (``agentrl.producer``)."""
         self.add_callback(PublishWeights(self.source))
+        if self.accelerator.device.type == "cpu":
+            self.add_callback(ReleaseFreedMemory())
         self.algorithm.bind(self.eval_source.player, self.learner)
         self.runner = self.algorithm.runner(self.learner)
         """Where the rows train (``agentrl.algorithms.runner``)."""

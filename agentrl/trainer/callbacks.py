@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
+from agentrl.memory_meter import release_freed_memory
+
 
 class SyncOnTrainBegin(TrainerCallback):
     """Brings the learner state up to date (``sync``) when TRL's loop begins training."""
@@ -23,3 +25,15 @@ class PublishWeights(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.source.publish(state.global_step)
+
+
+class ReleaseFreedMemory(TrainerCallback):
+    """Gives the step's freed heap pages back to the OS after every optimizer step (CPU runs).
+
+    A CPU step frees gigabytes of tensors of shapes that change with every batch; glibc keeps the
+    freed blocks in its arenas, so resident memory crept up by ~0.2 GB a step (the ALFWorld
+    demo's RL phase: 4.0 GB at step 1, 6.3 GB at step 12, no live tensor more). ``malloc_trim``
+    costs milliseconds against a step of seconds."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        release_freed_memory()

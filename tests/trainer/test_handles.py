@@ -221,6 +221,10 @@ def test_no_handle_reaches_the_trainer(tmp_path, tiny_model_dir):
     grpo = make_trainer(make_cfg(tmp_path / "grpo", tiny_model_dir, max_steps=1))
     grpo.train()  # the optimizer, the scheduler and the wrapped model exist
     _no_handle_reaches(grpo)
+    # a CPU run gives each step's freed heap back (tests/test_memory_meter.py: what that does)
+    from agentrl.trainer.callbacks import ReleaseFreedMemory
+
+    assert sum(isinstance(c, ReleaseFreedMemory) for c in grpo.callback_handler.callbacks) == 1
     appo = make_trainer(make_cfg(tmp_path / "appo", tiny_model_dir, context_mode="trajectory", algorithm="appo",
                                  credit="appo", beta=0.001, max_steps=1,
                                  credit_kwargs={"budget": 2, "omega_baseline": "behaviour"}))
