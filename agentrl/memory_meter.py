@@ -255,11 +255,13 @@ def default_gauges(device: str = "auto", heap: bool = False) -> list[Any]:
     return gauges
 
 
-def release_freed_memory() -> None:
-    """Give freed heap pages back to the OS: a collection, then glibc's ``malloc_trim``. Freed
-    blocks otherwise stay in glibc's arenas and count as resident memory (a process that trained
-    and then evaluates would carry the training's peak on). A no-op where glibc is absent."""
-    gc.collect()
+def release_freed_memory(collect: bool = True) -> None:
+    """Give freed heap pages back to the OS: a collection (``collect``), then glibc's
+    ``malloc_trim``. Freed blocks otherwise stay in glibc's arenas and count as resident memory (a
+    process that trained and then evaluates would carry the training's peak on). A no-op where
+    glibc is absent."""
+    if collect:
+        gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):

@@ -277,7 +277,12 @@ class Delta:
 class ChatModel:
     """A checkpoint, its tokenizer and the engine that generates its replies."""
 
-    def __init__(self, checkpoint: str | Path, name: str | None = None, device: str = "cpu", engine: Any = None):
+    def __init__(self, checkpoint: str | Path, name: str | None = None, device: str = "cpu", engine: Any = None,
+                 max_model_len: int | None = None, kv_cache_gib: int = 1, threads: int | None = None):
+        """``max_model_len``: the context served (prompt + reply; default and at most the model's);
+        ``kv_cache_gib``: the vLLM engine's KV-cache reservation (CPU memory); ``threads``: the
+        engine's compute threads (vLLM's OMP threads, torch's for the HF engine; None: the default)."""
+        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.name = name or Path(checkpoint).name
@@ -293,13 +298,21 @@ class ChatModel:
             self.model = AutoModelForCausalLM.from_pretrained(checkpoint).to(device).eval()
             config, holder = self.model.config, self.model
         self.context = getattr(config, "max_position_embeddings", None)
+        if max_model_len is not None:
+            if max_model_len < 1 or (self.context is not None and max_model_len > self.context):
+                raise ValueError(f"--max-model-len must be in 1..{self.context} (the model's context), "
+                                 f"got {max_model_len}")
+            self.context = max_model_len
+        if threads is not None and engine != "vllm":
+            torch.set_num_threads(threads)
         self.eos_ids = end_token_ids(holder, self.tokenizer)
         if not self.eos_ids:
             raise ValueError(f"{checkpoint}: neither the tokenizer nor the generation config names an end token")
         if engine == "vllm":
             from agentrl.sampling.vllm_engine import VLLMEngine
 
-            engine = BatchedEngine(VLLMEngine(checkpoint, max_model_len=self.context))
+            engine = BatchedEngine(VLLMEngine(checkpoint, max_model_len=self.context, kv_cache_gib=kv_cache_gib,
+                                              threads=threads))
         elif engine in (None, "hf"):
             engine = HFEngine(self.model, pad_id_of(self.tokenizer, SamplingSpec(
                 end_token_ids=tuple(sorted(self.eos_ids)))))
@@ -536,6 +549,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--engine", default="hf", choices=("hf", "vllm"),
                    help="hf: transformers' generate in this process (default); vllm: agentrl's vLLM engine "
                         "(vLLM's CPU build in its venv, make vllm-venv; concurrent requests batched)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="the context served, prompt + reply (default: the model's); a longer prompt is a 400")
+    p.add_argument("--kv-cache-gib", type=int, default=None,
+                   help="CPU memory vLLM reserves for its KV cache (vllm engine only; default 1)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="compute threads of the engine (vLLM's OMP threads, or torch's; default: all cores)")
     both_spellings(p)
     return p.parse_args(argv)
 
@@ -550,6 +569,20 @@ def main(argv: list[str] | None = None) -> int:
     if not (Path(args.checkpoint) / "config.json").is_file():
         print(f"agentrl serve: {args.checkpoint} is not a model folder (no config.json)", file=sys.stderr)
         return 2
+    for flag, value in (("--max-model-len", args.max_model_len), ("--kv-cache-gib", args.kv_cache_gib),
+                        ("--threads", args.threads)):
+        if value is not None and value < 1:
+            print(f"agentrl serve: {flag} must be >= 1, got {value}", file=sys.stderr)
+            return 2
+    if args.kv_cache_gib is not None and args.engine != "vllm":
+        print("agentrl serve: --kv-cache-gib sizes the vllm engine's KV cache; the hf engine has none "
+              "(drop it or add --engine vllm)", file=sys.stderr)
+        return 2
+    context = json.loads((Path(args.checkpoint) / "config.json").read_text()).get("max_position_embeddings")
+    if args.max_model_len is not None and context and args.max_model_len > context:  # before loading
+        print(f"agentrl serve: --max-model-len must be in 1..{context} (the model's context), got "
+              f"{args.max_model_len}", file=sys.stderr)
+        return 2
     if args.engine == "vllm":  # before the engine takes a minute to start and then refuses
         from agentrl.sampling.vllm_heads import head_size_refusal
 
@@ -558,7 +591,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"agentrl serve: {why}", file=sys.stderr)
             return 2
     try:
-        chat = ChatModel(args.checkpoint, args.model_name, args.device, engine=args.engine)
+        chat = ChatModel(args.checkpoint, args.model_name, args.device, engine=args.engine,
+                         max_model_len=args.max_model_len, kv_cache_gib=args.kv_cache_gib or 1, threads=args.threads)
     except (OSError, ValueError, RuntimeError) as e:  # no tokenizer, chat template, end token; a bad
         # device; no vLLM venv or a vLLM server that did not start (VLLMError)
         print(f"agentrl serve: {' '.join(str(e).split())}", file=sys.stderr)

@@ -121,7 +121,10 @@ def test_agentrl_serve_refuses_what_it_cannot_serve_in_one_line(chat, tmp_path, 
     chat.model.config.to_json_file(no_tokenizer / "config.json")
     cases = [([str(tmp_path / "missing")], "is not a model folder (no config.json)"),
              ([str(no_tokenizer), "--port", "70000"], "--port must be in 0..65535"),
-             ([str(no_tokenizer)], "agentrl serve: ")]
+             ([str(no_tokenizer)], "agentrl serve: "),
+             ([chat.model.name_or_path, "--threads", "0"], "--threads must be >= 1, got 0"),
+             ([chat.model.name_or_path, "--kv-cache-gib", "2"], "the hf engine has none"),
+             ([chat.model.name_or_path, "--max-model-len", "100000"], "--max-model-len must be in 1..")]
     for args, says in cases:
         assert main(["serve", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -231,3 +234,21 @@ def test_logprobs_are_the_drawn_tokens_under_the_sampled_distribution(chat, clie
     # sampled at top-p 0.5: a finite log-prob per token, no alternatives unless asked
     s = _post(client, temperature=1.0, top_p=0.5, max_tokens=6, seed=2, logprobs=True).json()["choices"][0]
     assert all(math.isfinite(e["logprob"]) and e["top_logprobs"] == [] for e in s["logprobs"]["content"])
+
+
+def test_max_model_len_bounds_the_context_served(chat):
+    """``--max-model-len`` below the model's context: a prompt that fills it is a one-line 400, a
+    reply is cut to what is left of it."""
+    from fastapi.testclient import TestClient
+
+    from agentrl.serve_openai import ChatModel, create_app
+
+    n = len(chat.prompt_ids(HI))
+    short = ChatModel(chat.model.name_or_path, name="tiny", max_model_len=n + 3, threads=1)
+    client = TestClient(create_app(short))
+    r = client.post("/v1/chat/completions", json={"messages": HI, "max_tokens": 50, "temperature": 0})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
+    long = [{"role": "user", "content": "Craft a stick. " * 4}]
+    r = client.post("/v1/chat/completions", json={"messages": long})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == f"the prompt is {len(short.prompt_ids(long))} tokens; the model's context is {n + 3}"
