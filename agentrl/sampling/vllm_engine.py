@@ -198,12 +198,15 @@ class VLLMEngine:
     def _reply(self, timeout: float | None = None):
         """The server's answer to the last request (its value), waiting while it lives."""
         t0 = time.monotonic()
-        while not self._conn.poll(1.0):
-            if self.proc.poll() is not None:
-                raise VLLMError(f"the vLLM server died (exit {self.proc.returncode}): {self._tail()}")
-            if timeout is not None and time.monotonic() - t0 > timeout:
-                raise VLLMError(f"the vLLM server did not answer within {timeout:g} s")
-        kind, value = self._conn.recv()
+        try:
+            while not self._conn.poll(1.0):
+                if self.proc.poll() is not None:
+                    raise self._died()
+                if timeout is not None and time.monotonic() - t0 > timeout:
+                    raise VLLMError(f"the vLLM server did not answer within {timeout:g} s")
+            kind, value = self._conn.recv()
+        except (EOFError, OSError) as e:  # a dead server's socket reads as EOF: say that it died
+            raise self._died() from e
         if kind == "error":
             last = [line for line in value.strip().splitlines() if line.strip()][-1]
             raise VLLMError(f"vLLM server: {last}")
@@ -214,8 +217,22 @@ class VLLMEngine:
             self.start()
         if self._conn is None:
             raise VLLMError("the vLLM engine is closed")
-        self._conn.send(msg)
+        try:
+            self._conn.send(msg)
+        except OSError as e:  # a broken pipe: the server is gone
+            raise self._died() from e
         return self._reply()
+
+    def _died(self) -> VLLMError:
+        """The error of a server that is gone (killed, out of memory, crashed), naming its exit: the
+        caller (an asynchronous producer's play) would otherwise stop on a bare ``EOFError`` or
+        ``BrokenPipeError`` from the socket, which says nothing of the cause."""
+        try:
+            code = self.proc.wait(timeout=5)  # the socket closes a moment before the exit is seen
+        except subprocess.TimeoutExpired:
+            return VLLMError(f"the vLLM server closed its socket and still runs (pid {self.proc.pid}): {self._tail()}")
+        how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+        return VLLMError(f"the vLLM server (pid {self.proc.pid}) died ({how}): {self._tail()}")
 
     def _tail(self, n: int = 400) -> str:
         self._logf.flush()
