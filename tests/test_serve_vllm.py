@@ -49,7 +49,8 @@ def hf_chat(model_dir):
 def vllm_chat(model_dir):
     from agentrl.serve_openai import ChatModel
 
-    chat = ChatModel(model_dir, name="tiny", engine="vllm")
+    # the serve options of the engine (the model's context is 4096): the tests' prompts fit in 512
+    chat = ChatModel(model_dir, name="tiny", engine="vllm", max_model_len=512, kv_cache_gib=1)
     yield chat
     chat.close()
 
@@ -141,6 +142,11 @@ def test_n_choices_seeded_sampling_and_a_stop_string(url, vllm_chat):
     assert c["message"]["content"] == whole[:whole.find(stop)] and c["finish_reason"] == "stop"
     assert _text(_stream(url, temperature=0, max_tokens=16, stop=stop)) == whole[:whole.find(stop)]
     # a reply cut by its stop string early is not generated on to max_tokens: the engine aborts it
+    # (once the streamed reply above is done in the engine: its abort would count otherwise)
+    for _ in range(500):
+        if vllm_chat.engine.engine.unfinished() == 0:
+            break
+        threading.Event().wait(0.01)
     aborted = vllm_chat.engine.aborted
     c = _post(url, temperature=0, max_tokens=300, stop=[stop])["choices"][0]
     assert c["message"]["content"] == whole[:whole.find(stop)]
@@ -257,6 +263,23 @@ def test_batched_replies_are_the_engines_and_concurrent_ones_share_a_call(batche
     # the long reply alone, then the three that waited for it: in one call, or submitted together
     assert max(calls) >= 2, calls
     assert [out[k] for k in range(3)] == alone
+
+
+@needs_vllm
+def test_the_serve_options_reach_the_vllm_engine(url, vllm_chat):
+    """--max-model-len, --kv-cache-gib and --threads as the engine's server was started with them,
+    and a prompt over the context served is a 400 before it reaches vLLM."""
+    from agentrl.sampling.vllm_engine import VLLMEngine
+
+    cmd = vllm_chat.engine.engine._cmd
+    assert cmd[cmd.index("--max-model-len") + 1] == "512" and cmd[cmd.index("--kv-cache-gib") + 1] == "1"
+    unstarted = VLLMEngine(vllm_chat.tokenizer.name_or_path, threads=1, lazy=True)  # --threads: its server's
+    assert unstarted._env["OMP_NUM_THREADS"] == "1" and unstarted.proc is None
+    import httpx
+
+    long = [{"role": "user", "content": "Craft a stick. " * 200}]
+    r = httpx.post(f"{url}/chat/completions", json={"messages": long}, timeout=300)
+    assert r.status_code == 400 and "the model's context is 512" in r.json()["error"]["message"]
 
 
 def test_serve_on_vllm_refuses_a_head_size_it_has_no_kernel_for_in_one_line(tmp_path, capsys, monkeypatch):
