@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from agentrl.benchmarks.asynchronous import async_runs, paired_summary, run_name
+from agentrl.benchmarks.asynchronous import async_runs, engine_list, paired_summary, run_name
 
 
 def _row(run, step_s, success):
@@ -42,19 +42,34 @@ def test_a_run_missing_from_a_seed_is_left_out_of_that_seed():
 
 def test_the_run_list():
     assert async_runs("lockstep:1,continuous:0,continuous:1", "lockstep", "1,2") == [
-        ("lockstep", "1"), ("continuous", "0"), ("continuous", "1")]
+        ("lockstep", "1", "hf"), ("continuous", "0", "hf"), ("continuous", "1", "hf")]
     assert async_runs(None, "lockstep,continuous", "0,1") == [
-        ("lockstep", "0"), ("lockstep", "1"), ("continuous", "0"), ("continuous", "1")]
-    assert [run_name(m, k) for m, k in async_runs(None, "lockstep,continuous", "1")] == ["async_k1", "cont_k1"]
+        ("lockstep", "0", "hf"), ("lockstep", "1", "hf"), ("continuous", "0", "hf"), ("continuous", "1", "hf")]
+    assert [run_name(m, k) for m, k, _ in async_runs(None, "lockstep,continuous", "1")] == ["async_k1", "cont_k1"]
     with pytest.raises(ValueError, match="'greedy'"):
         async_runs("greedy:1", "lockstep", "1")
     with pytest.raises(ValueError, match="whole number"):
         async_runs("continuous", "lockstep", "1")
+    # engines side by side: a run without @ENGINE on each engine, one with it on that one only
+    both = ("hf", "vllm")
+    assert async_runs("lockstep:1@vllm,continuous:1", "lockstep", "1", both) == [
+        ("lockstep", "1", "vllm"), ("continuous", "1", "hf"), ("continuous", "1", "vllm")]
+    assert [run_name(*r) for r in async_runs("lockstep:1@vllm", "lockstep", "1", both)] == ["async_k1_vllm"]
+    with pytest.raises(ValueError, match="lockstep:1@vllm: the engine must be one of --engine's \\(hf\\)"):
+        async_runs("lockstep:1@vllm", "lockstep", "1")
+    assert engine_list("hf,vllm") == ["hf", "vllm"] and engine_list("vllm") == ["vllm"]
+    for bad in ("sglang", "hf,hf"):
+        with pytest.raises(ValueError, match=f"--engine {bad}"):
+            engine_list(bad)
 
 
 @pytest.mark.parametrize("args,said", [(["--runs", "lockstep:x"], "lockstep:x: the staleness k"),
                                        (["--seeds", "0,a"], "--seeds 0,a"),
-                                       (["--modes", "fast"], "'fast'")])
+                                       (["--modes", "fast"], "'fast'"),
+                                       (["--engine", "hf,sglang"], "each engine must be hf or vllm"),
+                                       (["--runs", "lockstep:1@vllm"], "the engine must be one of --engine's"),
+                                       (["--recipe", "recipes/nope.yaml"], "--recipe recipes/nope.yaml: no such file"),
+                                       (["--recipe", "recipes/demo_smollm2.yaml"], "give its warm start (--warm")])
 def test_bad_bench_arguments_are_one_line_and_exit_2(args, said):
     r = subprocess.run([sys.executable, "-m", "agentrl", "bench", "async", *args], capture_output=True, text=True)
     assert r.returncode == 2

@@ -34,7 +34,16 @@ is built once (``agentrl.demo --warm-only --quick``) unless ``--warm`` names one
 
 ``--runs MODE:K,...`` names the asynchronous runs one by one instead of every ``--modes`` x
 ``--staleness`` pair (``continuous:0``: episodes that run on their own, one version each;
-``continuous:1``: the same with versions loaded mid-episode, partial rollouts). ``--seeds`` repeats
+``continuous:1``: the same with versions loaded mid-episode, partial rollouts).
+
+``--engine hf,vllm`` puts both engines side by side in one run: every synchronous run on each, every
+asynchronous run on each unless its ``--runs`` entry names one (``lockstep:1@vllm``); the run names
+then end in ``_hf`` / ``_vllm``. ``--recipe`` trains another demo recipe's RL phase (with its
+``--warm`` start and ``--goals``), e.g. the SmolLM2 demo's, HF sync vs vLLM sync vs vLLM async:
+
+    agentrl bench async --recipe recipes/demo_smollm2.yaml --warm runs/demo_smollm2_seed0/sft \
+        --goals runs/demo_smollm2_seed0/practised.json --engine hf,vllm --sync-threads 2 \
+        --runs lockstep:1@vllm --steps 6 ``--seeds`` repeats
 every run per recipe seed and adds a summary paired by seed (:func:`paired_summary`): steps per hour,
 the ratio to the best synchronous run and to the lock-step producer, and the mean training success
 over the run's steps with its difference to the lock-step producer's (the learning check).
@@ -115,31 +124,49 @@ def paired_summary(by_seed: dict[int, list[dict]], reference: str | None) -> lis
     return out
 
 
-def async_runs(runs: str | None, modes: str, staleness: str) -> list[tuple[str, str]]:
-    """The (producer mode, k) pairs of the asynchronous runs: ``runs`` (``MODE:K,...``) or every
-    ``modes`` x ``staleness`` pair; a ValueError names the first malformed one."""
-    if runs:
-        pairs = [tuple(x.split(":", 1)) if ":" in x else (x, "") for x in runs.split(",")]
-    else:
-        pairs = [(m, k) for m in modes.split(",") for k in staleness.split(",")]
-    for mode, k in pairs:
+ENGINES = ("hf", "vllm")
+
+
+def engine_list(engines: str) -> list[str]:
+    """``--engine``'s engines in order (``hf``, ``vllm`` or both); a ValueError names a bad one."""
+    names = engines.split(",")
+    for e in names:
+        if e not in ENGINES:
+            raise ValueError(f"--engine {engines}: each engine must be hf or vllm")
+    if len(set(names)) < len(names):
+        raise ValueError(f"--engine {engines}: an engine named twice")
+    return names
+
+
+def async_runs(runs: str | None, modes: str, staleness: str, engines: tuple[str, ...] = ("hf",)) -> list[tuple[str, ...]]:
+    """The asynchronous runs as (producer mode, k, engine): ``runs`` (``MODE:K[@ENGINE],...``; no
+    engine: one run on each of ``engines``) or every ``modes`` x ``staleness`` pair on each engine;
+    a ValueError names the first malformed one."""
+    out = []
+    for x in runs.split(",") if runs else [f"{m}:{k}" for m in modes.split(",") for k in staleness.split(",")]:
+        run, _, engine = x.partition("@")
+        mode, _, k = run.partition(":")
         if mode not in ("lockstep", "continuous"):
             raise ValueError(f"producer mode {mode!r}: each must be lockstep or continuous")
         if not k.isdigit():
-            raise ValueError(f"{mode}:{k}: the staleness k must be a whole number >= 0")
-    return pairs
+            raise ValueError(f"{run}: the staleness k must be a whole number >= 0")
+        if engine and engine not in engines:
+            raise ValueError(f"{x}: the engine must be one of --engine's ({','.join(engines)})")
+        out += [(mode, k, e) for e in ([engine] if engine else engines)]
+    return out
 
 
-def run_name(mode: str, k: str) -> str:
-    """``async_kK`` for the lock-step producer, ``cont_kK`` for the continuous one."""
-    return f"{'async' if mode == 'lockstep' else 'cont'}_k{k}"
+def run_name(mode: str, k: str, engine: str | None = None) -> str:
+    """``async_kK`` for the lock-step producer, ``cont_kK`` for the continuous one; ``_ENGINE``
+    after it when a bench compares engines."""
+    return f"{'async' if mode == 'lockstep' else 'cont'}_k{k}" + (f"_{engine}" if engine else "")
 
 
 def run_one(name: str, sft: Path, goals: list[int], steps: int, threads: int, extra: list[str],
-            work: Path, common: list[str] = ()) -> dict:
-    """One training run of ``steps`` steps; its per-step figures from metrics.jsonl."""
+            work: Path, common: list[str] = (), recipe: Path = RECIPE) -> dict:
+    """One training run of ``recipe``'s RL phase, ``steps`` steps; its per-step figures from metrics.jsonl."""
     out = work / name
-    argv = [sys.executable, "-m", "agentrl.train", str(RECIPE), "--model_name_or_path", str(sft),
+    argv = [sys.executable, "-m", "agentrl.train", str(recipe), "--model_name_or_path", str(sft),
             "--output_dir", str(out), "--max_steps", str(steps), "--save_strategy", "no", "--save_rollouts", "false",
             "--overwrite_output_dir", "true", "--task_seeds", *map(str, goals), *common, *extra]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), WANDB_MODE="offline", HF_HUB_OFFLINE="1")
@@ -173,12 +200,12 @@ def run_one(name: str, sft: Path, goals: list[int], steps: int, threads: int, ex
 
 def _print_table(results: list[dict], seed: int) -> None:
     print(f"seed {seed}")
-    print(f"{'run':<10} {'thr':>3} {'s/step':>7} {'steps/h':>8} {'x best sync':>11} {'learner idle':>12} "
+    print(f"{'run':<14} {'thr':>3} {'s/step':>7} {'steps/h':>8} {'x best sync':>11} {'learner idle':>12} "
           f"{'producer idle':>13}  staleness")
     for r in results:
         idle = (f"{r['learner_idle']:>12.2f} {r['producer_idle']:>13.2f}  {r['staleness']}" if "learner_idle" in r
                 else f"{'-':>12} {'-':>13}  -")
-        print(f"{r['run']:<10} {r['threads']:>3} {r['step_s']:>7.2f} {r['steps_per_hour']:>8.0f} "
+        print(f"{r['run']:<14} {r['threads']:>3} {r['step_s']:>7.2f} {r['steps_per_hour']:>8.0f} "
               f"{r['speedup_vs_best_sync']:>11.2f} {idle}")
     for r in results:
         if "span_staleness" in r:
@@ -197,9 +224,9 @@ def _print_summary(summary: list[dict], reference: str | None) -> None:
         return f"{v[0]:{spec}} ± {v[1]:{spec.lstrip('+')}}" if v else "-"  # a signed mean, an unsigned s.e.
 
     print(f"paired by seed (mean ± s.e. over {summary[0]['seeds']} seeds; the reference is {reference or 'none'})")
-    print(f"{'run':<10} {'steps/h':>14} {'x best sync':>13} {'x reference':>13} {'success':>15} {'- reference':>15}")
+    print(f"{'run':<14} {'steps/h':>14} {'x best sync':>13} {'x reference':>13} {'success':>15} {'- reference':>15}")
     for r in summary:
-        print(f"{r['run']:<10} {f(r['steps_per_hour'], '.0f'):>14} {f(r.get('x_best_sync'), '.2f'):>13} "
+        print(f"{r['run']:<14} {f(r['steps_per_hour'], '.0f'):>14} {f(r.get('x_best_sync'), '.2f'):>13} "
               f"{f(r.get('x_reference'), '.2f'):>13} {f(r['success'], '.3f'):>15} {f(r.get('success_diff'), '+.3f'):>15}")
 
 
@@ -214,26 +241,37 @@ def main(argv: list[str] | None = None) -> int:
                                                  "--warm-only --quick into --work)")
     ap.add_argument("--goals", default=None, help="a practised.json whose goals the runs practise (with --warm)")
     ap.add_argument("--work", default=None, help="where runs go (default: a temporary folder)")
-    ap.add_argument("--engine", default="hf", choices=("hf", "vllm"),
-                    help="hf: transformers' generate (default); vllm: agentrl's vLLM engine (make vllm-venv)")
+    ap.add_argument("--engine", default="hf",
+                    help="hf: transformers' generate (default); vllm: agentrl's vLLM engine (make vllm-venv); "
+                         "hf,vllm: every run on both, side by side")
+    ap.add_argument("--recipe", default=None, help="the RL phase's recipe (default recipes/demo_tiny.yaml; "
+                                                   "another needs --warm)")
     ap.add_argument("--families", default=None, help="TextCraft families of the tasks, comma-separated (default: the "
                                                      "recipe's depth2; e.g. depth2,depth3,depth4: mixed lengths)")
-    ap.add_argument("--runs", default=None, help="the async runs as MODE:K pairs, comma-separated (instead of "
+    ap.add_argument("--runs", default=None, help="the async runs as MODE:K[@ENGINE], comma-separated (instead of "
                                                  "--modes x --staleness; e.g. lockstep:1,continuous:0,continuous:1)")
     ap.add_argument("--seeds", default="0", help="recipe seeds, comma-separated (default 0); with several, a "
                                                  "summary paired by seed follows the per-seed tables")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a = ap.parse_args(argv)
     try:
-        pairs = async_runs(a.runs, a.modes, a.staleness)
+        engines = engine_list(a.engine)
+        runs = async_runs(a.runs, a.modes, a.staleness, tuple(engines))
         if not all(x.isdigit() for x in a.seeds.split(",")):
             raise ValueError(f"--seeds {a.seeds}: whole numbers >= 0, comma-separated")
         seeds = [int(x) for x in a.seeds.split(",")]
+        recipe = Path(a.recipe) if a.recipe else RECIPE
+        if not recipe.is_file():
+            raise ValueError(f"--recipe {a.recipe}: no such file")
+        if a.recipe and not a.warm:
+            raise ValueError(f"--recipe {a.recipe}: give its warm start (--warm; the built one is the tiny demo's)")
     except ValueError as e:
         print(f"agentrl bench async: {e}", file=sys.stderr)
         return 2
-    common = ["--use_vllm", "true"] if a.engine == "vllm" else []
-    if a.engine == "vllm":
+    use = {e: ["--use_vllm", "true" if e == "vllm" else "false"] for e in engines}
+    tag = len(engines) > 1  # names say the engine only when a bench compares them
+    common: list[str] = []
+    if "vllm" in engines:
         from agentrl.sampling.vllm_engine import vllm_python, vllm_venv
 
         if vllm_python() is None:
@@ -253,12 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     by_seed = {}
     for seed in seeds:
         seeded = [*common, "--seed", str(seed)]
-        results = [run_one(f"sync_t{t}", sft, goals, a.steps, int(t), [], work / f"seed{seed}", seeded)
-                   for t in a.sync_threads.split(",")]
-        for mode, k in pairs:
-            results.append(run_one(run_name(mode, k), sft, goals, a.steps, 1,
+        results = [run_one(f"sync_t{t}" + (f"_{e}" if tag else ""), sft, goals, a.steps, int(t), use[e],
+                           work / f"seed{seed}", seeded, recipe)
+                   for e in engines for t in a.sync_threads.split(",")]
+        for mode, k, e in runs:
+            results.append(run_one(run_name(mode, k, e if tag else None), sft, goals, a.steps, 1,
                                    ["--rollout_mode", "async", "--max_staleness", k, "--async_producer_threads", "1",
-                                    "--producer_mode", mode], work / f"seed{seed}", seeded))
+                                    "--producer_mode", mode, *use[e]], work / f"seed{seed}", seeded, recipe))
         base = min((r for r in results if r["run"].startswith("sync")), key=lambda r: r["step_s"])
         for r in results:
             r["speedup_vs_best_sync"] = base["step_s"] / r["step_s"]
@@ -266,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         by_seed[seed] = results
         if not a.json:
             _print_table(results, seed)
-    reference = next((run_name(m, k) for m, k in pairs if m == "lockstep"), None)
+    reference = next((run_name(m, k, e if tag else None) for m, k, e in runs if m == "lockstep"), None)
     summary = paired_summary(by_seed, reference) if len(seeds) > 1 else []
     if a.json:
         print(json.dumps({"runs": [r for rows in by_seed.values() for r in rows], "summary": summary}, indent=1))
