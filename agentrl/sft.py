@@ -298,7 +298,12 @@ def sft_train(
         dataloader_num_workers=0,
     )
     t0 = time.time()
-    trainer = SFTTrainer(model=model, args=cfg, train_dataset=ds, processing_class=tok)
+    from agentrl.trainer.callbacks import ReleaseFreedMemory
+
+    # on a CPU, each step's freed heap back to the OS (as the RL trainer does: without it resident
+    # memory creeps up step by step, docs/results/alfworld.md)
+    trainer = SFTTrainer(model=model, args=cfg, train_dataset=ds, processing_class=tok,
+                         callbacks=None if torch.cuda.is_available() else [ReleaseFreedMemory()])
     result = trainer.train()
     secs = time.time() - t0
     save_model_atomically(trainer, tok, out)
