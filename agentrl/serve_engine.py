@@ -9,10 +9,12 @@ unseeded requests side by side and a seeded one alone.
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # agentrl.sampling imports torch: `agentrl serve --help` must not wait for it
@@ -246,3 +248,19 @@ class BatchedEngine:
         self._jobs.put(None)
         self._thread.join()
         self.engine.close()
+
+
+def sizing_refusal(args) -> str | None:
+    """Why ``agentrl serve``'s sizing options (``--max-model-len``, ``--kv-cache-gib``,
+    ``--threads``) cannot be served, read from the command line and the model's config.json
+    alone; None when they can."""
+    for flag, value in (("--max-model-len", args.max_model_len), ("--kv-cache-gib", args.kv_cache_gib),
+                        ("--threads", args.threads)):
+        if value is not None and value < 1:
+            return f"{flag} must be >= 1, got {value}"
+    if args.kv_cache_gib is not None and args.engine != "vllm":
+        return "--kv-cache-gib sizes the vllm engine's KV cache; the hf engine has none (drop it or add --engine vllm)"
+    context = json.loads((Path(args.checkpoint) / "config.json").read_text()).get("max_position_embeddings")
+    if args.max_model_len is not None and context and args.max_model_len > context:
+        return f"--max-model-len must be in 1..{context} (the model's context), got {args.max_model_len}"
+    return None

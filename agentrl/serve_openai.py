@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentrl.serve_engine import BatchedEngine, SharedLock
+from agentrl.serve_engine import BatchedEngine, SharedLock, sizing_refusal
 
 if TYPE_CHECKING:  # agentrl.sampling imports torch: `agentrl serve --help` must not wait for it
     from agentrl.sampling import SamplingSpec
@@ -569,19 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (Path(args.checkpoint) / "config.json").is_file():
         print(f"agentrl serve: {args.checkpoint} is not a model folder (no config.json)", file=sys.stderr)
         return 2
-    for flag, value in (("--max-model-len", args.max_model_len), ("--kv-cache-gib", args.kv_cache_gib),
-                        ("--threads", args.threads)):
-        if value is not None and value < 1:
-            print(f"agentrl serve: {flag} must be >= 1, got {value}", file=sys.stderr)
-            return 2
-    if args.kv_cache_gib is not None and args.engine != "vllm":
-        print("agentrl serve: --kv-cache-gib sizes the vllm engine's KV cache; the hf engine has none "
-              "(drop it or add --engine vllm)", file=sys.stderr)
-        return 2
-    context = json.loads((Path(args.checkpoint) / "config.json").read_text()).get("max_position_embeddings")
-    if args.max_model_len is not None and context and args.max_model_len > context:  # before loading
-        print(f"agentrl serve: --max-model-len must be in 1..{context} (the model's context), got "
-              f"{args.max_model_len}", file=sys.stderr)
+    why = sizing_refusal(args)  # before anything loads
+    if why:
+        print(f"agentrl serve: {why}", file=sys.stderr)
         return 2
     if args.engine == "vllm":  # before the engine takes a minute to start and then refuses
         from agentrl.sampling.vllm_heads import head_size_refusal
