@@ -366,8 +366,9 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     # 4. both curves over the RL checkpoints (the last one is the final model)
     curves: dict[str, list[tuple[int, float, float, float]]] = {
         name: [(0, r["success"], r["success_se"], 0.0)] for name, r in before.items()}
-    after = before
+    after, last = before, sft_dir
     for step, ck in sorted((int(p.name.split("-")[1]), p) for p in rl_dir.glob("checkpoint-*")):
+        last = ck
         with precision(design):
             after = evaluate_sets(ck, sets, timings, meter)
         parts = []
@@ -378,7 +379,7 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
         log(f"  step {step}: " + "; ".join(parts))
     if samples:
         with precision(design):
-            sampled["after"] = sampled_practised(ck, sets["practised"], samples, seed, timings, meter)
+            sampled["after"] = sampled_practised(last, sets["practised"], samples, seed, timings, meter)
     train_curve = _train_curve(rl_dir, steps)
     plot_curve(curves["practised"], curves["heldout"], train_curve, s.out / "learning_curve.png", len(goals),
                before["heldout"]["episodes"], seed, design.get("title", "TextCraft depth-2"))
@@ -393,11 +394,11 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
                          "curve": curves[name], "settings": sets[name].to_dict()}
     if sampled:
         gain, se = paired_difference(sampled["before"], sampled["after"])
-        summary["practised_sampled"] = {**sampled, "samples": samples, "temperature": 1.0, "gain": gain,
-                                        "gain_paired_se": se}
-        log(f"practised games sampled ({samples} episodes each, the game as unit): "
-            f"{100 * sum(sampled['before']) / len(goals):.1f}% -> {100 * sum(sampled['after']) / len(goals):.1f}% "
-            f"({gain:+.1f} +- {se:.1f})")
+        sp = summary["practised_sampled"] = {
+            **sampled, "samples": samples, "temperature": sets["practised"].temperature, "gain": gain,
+            "gain_paired_se": se, **{f"success_{w}": 100 * sum(sampled[w]) / len(goals) for w in ("before", "after")}}
+        log(f"practised games sampled ({samples} episodes each, the game as unit): {sp['success_before']:.1f}% -> "
+            f"{sp['success_after']:.1f}% ({gain:+.1f} +- {se:.1f})")
     summary["memory"] = memory_summary(meter, rl_dir)
     summary.update({"train_curve": train_curve, "warm_start": str(sft_dir), "timings": timings,
                     "rl_s_per_step": timings["rl_s"] / steps, "checkpoint": str(rl_dir), "rl_command": argv})
@@ -442,9 +443,8 @@ def report_line(summary: dict[str, Any]) -> str:
     un, sp = summary.get("unseen"), summary.get("practised_sampled")
     return (f"demo: practised goals before={pr['before']['success']:.1f} after={pr['after']['success']:.1f} "
             f"(paired s.e. {pr['gain_paired_se']:.1f}); "
-            + (f"sampled before={100 * sum(sp['before']) / len(sp['before']):.1f} "
-               f"after={100 * sum(sp['after']) / len(sp['after']):.1f} (paired s.e. {sp['gain_paired_se']:.1f}); "
-               if sp else "")
+            + (f"sampled before={sp['success_before']:.1f} after={sp['success_after']:.1f} "
+               f"(paired s.e. {sp['gain_paired_se']:.1f}); " if sp else "")
             + (f"unseen games before={un['before']['success']:.1f} after={un['after']['success']:.1f}; " if un else "")
             + f"held-out before={ho['before']['success']:.1f} after={ho['after']['success']:.1f}")
 

@@ -65,8 +65,8 @@ def evaluate_sets(model_dir: Path, sets: dict, timings: dict[str, float], meter=
 
 
 def sampled_practised(model_dir: Path, hs, samples: int, seed: int, timings: dict[str, float], meter=None) -> list[float]:
-    """Per practised game, the share of ``samples`` episodes won, sampled at temperature 1.0 (the
-    recipe's) with the evaluation's own key (the same before and after RL)."""
+    """Per practised game, the share of ``samples`` episodes won, sampled under the recipe's
+    sampling settings with the evaluation's own key (the same before and after RL)."""
     from agentrl.evaluation.heldout import sampled_success
 
     t = time.time()

@@ -50,7 +50,7 @@ def vllm_chat(model_dir):
     from agentrl.serve_openai import ChatModel
 
     # the serve options of the engine (the model's context is 4096): the tests' prompts fit in 512
-    chat = ChatModel(model_dir, name="tiny", engine="vllm", max_model_len=512, kv_cache_gib=1)
+    chat = ChatModel(model_dir, name="tiny", engine="vllm", max_model_len=512, kv_cache_gib=1, threads=2)
     yield chat
     chat.close()
 
@@ -269,12 +269,10 @@ def test_batched_replies_are_the_engines_and_concurrent_ones_share_a_call(batche
 def test_the_serve_options_reach_the_vllm_engine(url, vllm_chat):
     """--max-model-len, --kv-cache-gib and --threads as the engine's server was started with them,
     and a prompt over the context served is a 400 before it reaches vLLM."""
-    from agentrl.sampling.vllm_engine import VLLMEngine
-
-    cmd = vllm_chat.engine.engine._cmd
+    engine = vllm_chat.engine.engine
+    cmd = engine._cmd
     assert cmd[cmd.index("--max-model-len") + 1] == "512" and cmd[cmd.index("--kv-cache-gib") + 1] == "1"
-    unstarted = VLLMEngine(vllm_chat.tokenizer.name_or_path, threads=1, lazy=True)  # --threads: its server's
-    assert unstarted._env["OMP_NUM_THREADS"] == "1" and unstarted.proc is None
+    assert engine._env["OMP_NUM_THREADS"] == "2"  # --threads: the server's OMP threads
     import httpx
 
     long = [{"role": "user", "content": "Craft a stick. " * 200}]

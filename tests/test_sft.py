@@ -109,6 +109,9 @@ def test_sft_tiny_model_imitates_the_expert(tiny, expert, tmp_path):
     assert sampled_success(str(tmp_path / "sft"), hs, samples=3, temperature=1e-3) == [1.0, 0.0]
     hot = sampled_success(str(tmp_path / "sft"), hs, samples=4, temperature=1.0)
     assert len(hot) == 2  # one rate per task, not per episode
+    # without a temperature: the settings' (the recipe's), here near 0, so greedy's outcomes again
+    cold = HeldOutSettings(**{**hs.to_dict(), "temperature": 1e-3})
+    assert sampled_success(str(tmp_path / "sft"), cold, samples=3) == [1.0, 0.0]
     # played a batch of at most 2 episodes at a time: the same greedy outcomes, the same rates
     # per task near temperature 0 (6 episodes in 3 batches, each task's repeats split over two)
     hs.max_batch = 2

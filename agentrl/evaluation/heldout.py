@@ -48,6 +48,8 @@ class HeldOutSettings:
     """Text after the assistant header."""
     stop_strings: tuple[str, ...] = ()
     """Strings that end a turn (the recipe's ``stop_strings``)."""
+    temperature: float = 1.0
+    """Sampled evaluation's temperature (the recipe's)."""
     top_k: int = 0
     """Sampled evaluation's top-k (the recipe's; 0: none)."""
     top_p: float = 1.0
@@ -70,7 +72,8 @@ class HeldOutSettings:
                    env_kwargs=dict(cfg.env_kwargs or {}), context_mode=cfg.context_mode,
                    history_length=cfg.history_length, max_turns=cfg.max_turns,
                    max_prompt_tokens=cfg.max_prompt_tokens, max_new_tokens=cfg.max_completion_length,
-                   prefill=cfg.prefill, stop_strings=tuple(cfg.stop_strings or ()), top_k=int(cfg.top_k or 0),
+                   prefill=cfg.prefill, stop_strings=tuple(cfg.stop_strings or ()),
+                   temperature=float(1.0 if cfg.temperature is None else cfg.temperature), top_k=int(cfg.top_k or 0),
                    top_p=float(1.0 if cfg.top_p is None else cfg.top_p), min_p=float(cfg.min_p or 0.0))
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,13 +119,15 @@ def evaluate_wins(model_dir: str, s: HeldOutSettings, seed: int = 0) -> dict[str
             "wins": [bool(e.won) for e in eps]}
 
 
-def sampled_success(model_dir: str, s: HeldOutSettings, samples: int, temperature: float = 1.0,
+def sampled_success(model_dir: str, s: HeldOutSettings, samples: int, temperature: float | None = None,
                     seed: int = 0) -> list[float]:
-    """Per task, the share of ``samples`` episodes sampled at ``temperature`` that win: what the
-    policy can do on the task beyond its greedy answer (RL sharpens exactly that)."""
+    """Per task, the share of ``samples`` episodes sampled at ``temperature`` (default the
+    settings', i.e. the recipe's) that win: what the policy can do on the task beyond its greedy
+    answer (RL sharpens exactly that)."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
-    wins = [bool(e.won) for e in _rollout(model_dir, s, seed, repeats=samples, temperature=temperature)]
+    t = s.temperature if temperature is None else temperature
+    wins = [bool(e.won) for e in _rollout(model_dir, s, seed, repeats=samples, temperature=t)]
     return [sum(wins[i:i + samples]) / samples for i in range(0, len(wins), samples)]
 
 
