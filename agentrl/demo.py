@@ -89,8 +89,8 @@ DESIGNS: dict[str, dict[str, Any]] = {
     # (valid_seen) and the held-out split (valid_unseen) are played whole (eval_episodes None),
     # after SFT and after RL only (save_steps = rl_steps). 2 threads: a 135M model generates
     # faster on both cores (the demo's one design that owns the machine, a seed at a time).
-    # Memory (<= 6 GB): SFT's batch of 8 as 4 accumulated micro-batches of 2 (sft_accum), at most 32
-    # episodes generated together (eval_batch). practised_samples: each practised game also played
+    # Memory (<= 6 GB): SFT's batch of 8 as 4 accumulated micro-batches of 2 (sft_accum), at most 16
+    # episodes generated together (eval_batch; 32 peaked at 6.46 GiB in evaluation). practised_samples: each practised game also played
     # 8 times sampled at the recipe's temperature after SFT and after RL (the game as unit: one
     # greedy episode per game makes a step of 12.5 points).
     "alfworld": dict(recipe="demo_alfworld.yaml", env_id=ALFWORLD_ID, families=ALFWORLD_FAMILIES, games=GameSet(),
@@ -98,7 +98,7 @@ DESIGNS: dict[str, dict[str, Any]] = {
                      sft_episodes=None, sft_steps=48, sft_lr=1e-4, sft_batch=2, sft_accum=4, threads=2, bf16=True, rl_steps=12,
                      save_steps=12, practised_goals=8, selection_pool=50, selection_samples=2, fresh_draws=1,
                      eval_episodes=None, eval_turns=10, unseen_split="valid_seen", heldout_split="valid_unseen",
-                     eval_batch=32, practised_samples=8,
+                     eval_batch=16, practised_samples=8,
                      title="ALFWorld, 5 task types"),
 }
 # eval_turns as the recipe's max_turns: `agentrl eval` of a demo checkpoint gives the demo's figure

@@ -142,7 +142,7 @@ def test_pipeline_end_to_end_at_toy_scale(game_root, tmp_path, monkeypatch):
     assert split["train"] == split_games(game_root, FAMILIES)["train"]
     assert {r["phase"] for r in s["memory"]["phases"]} == {"sft", "select", "eval", "rl"}
     # each practised game also sampled (2 episodes each in the quick run) after SFT and after RL,
-    # 32 episodes generated together at most; SFT's batch as accumulated micro-batches
+    # 16 episodes generated together at most; SFT's batch as accumulated micro-batches
     sp = s["practised_sampled"]
     assert sp["samples"] == 2 and len(sp["before"]) == len(sp["after"]) == 4
     assert all(r in (0.0, 0.5, 1.0) for r in sp["before"] + sp["after"])
