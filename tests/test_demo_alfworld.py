@@ -148,7 +148,7 @@ def test_pipeline_end_to_end_at_toy_scale(game_root, tmp_path, monkeypatch):
     assert all(r in (0.0, 0.5, 1.0) for r in sp["before"] + sp["after"])
     assert sp["gain"] == pytest.approx(100 * (sum(sp["after"]) - sum(sp["before"])) / 4)
     assert sp["temperature"] == 1.0 and pr["settings"]["temperature"] == 1.0  # recipes/demo_alfworld.yaml's
-    assert pr["settings"]["max_batch"] == un["settings"]["max_batch"] == 32
+    assert pr["settings"]["max_batch"] == un["settings"]["max_batch"] == 16
     assert json.loads((out / "sft" / "sft_metrics.json").read_text())["train_steps"] == 4
     line = demo.report_line(s)
     assert re.fullmatch(r"demo: practised goals before=\d+\.\d after=\d+\.\d \(paired s\.e\. \d+\.\d\); "
