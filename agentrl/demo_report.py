@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from agentrl.arena_stats import mean_se
 from agentrl.evaluation.heldout import paired_difference
 
 
@@ -78,18 +78,6 @@ def seed_row(s: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def over_seeds(gains: list[float]) -> tuple[float, float]:
-    """Mean of the seeds' gains and its standard error across seeds (sample std / sqrt(n))."""
-    n = len(gains)
-    if n == 0:
-        raise ReportError("no seeds")
-    mean = sum(gains) / n
-    if n == 1:
-        return mean, float("nan")
-    var = sum((g - mean) ** 2 for g in gains) / (n - 1)
-    return mean, math.sqrt(var / n)
-
-
 def pooled(summaries: list[dict[str, Any]], measure: str) -> tuple[float, float, int]:
     """The paired gain over every practised game of every seed, its s.e. and the number of games.
 
@@ -136,9 +124,10 @@ def report(summaries: list[dict[str, Any]], points: float = 15.0, ratio: float =
     lines.append("")
     for key, label in (("practised", "greedy"), ("sampled", "sampled"), ("unseen", "unseen"), ("heldout", "held-out")):
         gains = [r[key][2] for r in rows if key in r]
-        if gains:
-            mean, se = over_seeds(gains)
-            lines.append(f"over {len(gains)} seeds, {label}: {mean:+.1f} (s.e. across seeds {se:.1f})")
+        if gains:  # the arena's mean +- s.e. over seeds (sample std, n - 1)
+            mean, se = mean_se(gains)
+            lines.append(f"over {len(gains)} seeds, {label}: {mean:+.1f} (s.e. across seeds "
+                         + (f"{se:.1f})" if se is not None else "-: one seed)"))
     for measure in ("greedy", "sampled"):
         if measure == "sampled" and not all(s.get("practised_sampled") for s in summaries):
             continue
@@ -161,11 +150,13 @@ def report(summaries: list[dict[str, Any]], points: float = 15.0, ratio: float =
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m agentrl.demo_report", description=__doc__.split("\n")[0])
-    ap.add_argument("folders", nargs="+", help="each seed's output folder (its demo_summary.json)")
+    ap.add_argument("folders", nargs="*", help="each seed's output folder (its demo_summary.json)")
     ap.add_argument("--target-points", type=float, default=15.0, help="the gain a seed should reach (default 15)")
     ap.add_argument("--target-se", type=float, default=3.0, help="in paired s.e. (default 3)")
     a = ap.parse_args(argv)
     try:
+        if not a.folders:  # make demo-report with no finished seed
+            raise ReportError("no seed folders given (a finished seed's folder holds demo_summary.json)")
         summaries = [load_summary(f) for f in a.folders]
         seeds = [s["seed"] for s in summaries]
         if len(set(seeds)) != len(seeds):

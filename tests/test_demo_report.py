@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from agentrl.demo_report import main, meets, over_seeds, pooled, report, seed_row
+from agentrl.demo_report import main, meets, pooled, report, seed_row
 
 
 def _measure(before: list[bool], after: list[bool]) -> dict:
@@ -35,13 +35,6 @@ def _summary(seed: int, before: list[bool], after: list[bool], rates_before: lis
 
 SEED0 = _summary(0, [True, False, False, False], [True, True, True, False], [0.5, 0.0, 0.25, 0.25], [1.0, 0.25, 0.25, 0.5])
 SEED1 = _summary(1, [False, False, True, False], [False, False, True, False], [0.0, 0.25, 0.75, 0.0], [0.25, 0.25, 0.5, 0.0])
-
-
-def test_over_seeds_is_the_mean_and_its_standard_error_across_seeds():
-    mean, se = over_seeds([10.0, 20.0, 30.0])
-    assert mean == pytest.approx(20.0) and se == pytest.approx(10.0 / math.sqrt(3))
-    mean, se = over_seeds([12.5])
-    assert mean == 12.5 and math.isnan(se)
 
 
 def test_pooled_pairs_every_game_of_every_seed():
@@ -95,3 +88,7 @@ def test_cli_refuses_unfinished_and_repeated_seeds(tmp_path, capsys):
     (tmp_path / "bad" / "demo_summary.json").write_text("{not json")
     assert main([str(tmp_path / "bad")]) == 2
     assert "not JSON" in capsys.readouterr().err
+    assert main([]) == 2
+    assert "no seed folders given" in capsys.readouterr().err
+    assert main([str(tmp_path / "s1")]) == 0  # one seed: no s.e. across seeds
+    assert "over 1 seeds, greedy: +0.0 (s.e. across seeds -: one seed)" in capsys.readouterr().out
