@@ -232,6 +232,8 @@ class DemoSettings:
     """Recipe keys for the RL phase (``--key value`` ...), after the demo's own (a trial of a design)."""
     staleness: int | None = None
     """RL with asynchronous rollouts at this ``max_staleness`` (None: synchronous)."""
+    practised_samples: int | None = None
+    """Sampled episodes per practised game before and after RL (None: the design's)."""
 
 
 def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path:
@@ -294,6 +296,26 @@ def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: i
             *s.rl_overrides]
 
 
+def learner_threads(n: int):
+    """torch's intra-op threads for the RL phase: ``n`` inside, the demo's own after. Under
+    ``--async`` the learner keeps one core and the producer (its generation engine) the other;
+    the learner on both would oversubscribe them."""
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def ctx():
+        before = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    return ctx()
+
+
 def _train_curve(rl_dir: Path, steps: int) -> list[tuple[int, float]]:
     """Success of the RL rollouts per step, from the last checkpoint's trainer log."""
     state = rl_dir / f"checkpoint-{steps}" / "trainer_state.json"
@@ -306,9 +328,9 @@ def _train_curve(rl_dir: Path, steps: int) -> list[tuple[int, float]]:
 def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0,
         rl_steps: int | None = None, warm: Path | None = None, practised_goals: int | None = None,
         practised: Path | None = None, rl_overrides: tuple[str, ...] = (),
-        staleness: int | None = None) -> dict[str, Any]:
+        staleness: int | None = None, practised_samples: int | None = None) -> dict[str, Any]:
     s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm, practised_goals, practised, rl_overrides,
-                     staleness)
+                     staleness, practised_samples)
     design = resolve_design(design_name)
     # Tiny models run far faster on 1 thread than 2 on a loaded 2-core machine, 135M ones the
     # other way round (measured); the design decides, AGENTRL_DEMO_THREADS overrides.
@@ -345,7 +367,8 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
             goals, selection = select_goals(sft_dir, recipe_argv, design, scale, k, seed, timings)
     argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], goals)
     sets = eval_sets(argv, design, scale, goals)
-    samples = design.get("practised_samples", 0) and (2 if quick else design["practised_samples"])
+    samples = s.practised_samples if s.practised_samples is not None else (
+        design.get("practised_samples", 0) and (2 if quick else design["practised_samples"]))
     with precision(design):
         before = evaluate_sets(sft_dir, sets, timings, meter)
         sampled = {"before": sampled_practised(sft_dir, sets["practised"], samples, seed, timings, meter)} if samples else {}
@@ -356,7 +379,7 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     # 3. RL from the warm start through the recipe, on the practised goals
     t = time.time()
     log("RL: python -m agentrl.train " + " ".join(argv))
-    with phase(meter, "rl"):
+    with phase(meter, "rl"), learner_threads(1 if s.staleness is not None else threads):
         rc = train_mod.main(argv)
     if rc:
         raise RuntimeError(f"agentrl.train exited with {rc}")
@@ -502,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --warm-start: reuse the goals a --warm-only run chose for it (its practised.json)")
     p.add_argument("--async", dest="staleness", type=int, default=None, metavar="K",
                    help="RL with asynchronous rollouts at max_staleness K (a producer process on the second core)")
+    p.add_argument("--practised-samples", type=int, default=None, metavar="N",
+                   help="sampled episodes per practised game before and after RL (default: the design's; 0: none)")
     p.add_argument("--warm-only", action="store_true",
                    help="build the model, its SFT warm start and its practised goals only (OUT/sft, "
                         "OUT/practised.json), e.g. for `agentrl arena --practised`")
@@ -539,8 +564,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.staleness is not None and args.staleness < 0:
         print("agentrl demo: --async must be >= 0", file=sys.stderr)
         return 2
+    if args.practised_samples is not None and not 0 <= args.practised_samples <= 256:
+        print("agentrl demo: --practised-samples must be in 0..256", file=sys.stderr)
+        return 2
     s = run(Path(args.out), args.design, args.quick, args.seed, args.rl_steps, warm, args.practised_goals,
-            practised, rl_overrides, args.staleness)
+            practised, rl_overrides, args.staleness, args.practised_samples)
     print(report_line(s))
     return 0
 

@@ -164,6 +164,30 @@ def test_practised_goals_need_a_warm_start_and_a_goals_file(tmp_path, capsys):
     assert len(err) == 2 and all("--practised needs --warm-start and a practised.json" in e for e in err)
 
 
+@pytest.mark.parametrize("value", ["-1", "257"])
+def test_practised_samples_out_of_range_is_one_line(value, capsys):
+    from agentrl.demo import main
+
+    assert main(["--design", "alfworld", "--practised-samples", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["agentrl demo: --practised-samples must be in 0..256"]
+
+
+def test_learner_threads_hold_inside_and_restore_after():
+    import torch
+
+    from agentrl.demo import learner_threads
+
+    before = torch.get_num_threads()
+    want = 1 if before != 1 else 2
+    with learner_threads(want):
+        assert torch.get_num_threads() == want
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), learner_threads(want):
+        raise RuntimeError("the RL phase failed")
+    assert torch.get_num_threads() == before
+
+
 def test_demo_quick(tmp_path):
     out = tmp_path / "demo"
     p = subprocess.run([sys.executable, "-m", "agentrl.demo", "--quick", "--out", str(out)], cwd=REPO,
