@@ -297,21 +297,27 @@ def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: i
 
 
 def learner_threads(n: int):
-    """torch's intra-op threads for the RL phase: ``n`` inside, the demo's own after. Under
-    ``--async`` the learner keeps one core and the producer (its generation engine) the other;
-    the learner on both would oversubscribe them."""
+    """``n`` threads for the RL phase (torch's and ``OMP_NUM_THREADS``, which the recipe loader
+    and the producer's processes read), the demo's own after. Under ``--async`` the learner keeps
+    one core and the producer (its generation engine) the other; the learner on both would
+    oversubscribe them."""
     import contextlib
 
     import torch
 
     @contextlib.contextmanager
     def ctx():
-        before = torch.get_num_threads()
+        before, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
         torch.set_num_threads(n)
+        os.environ["OMP_NUM_THREADS"] = str(n)
         try:
             yield
         finally:
             torch.set_num_threads(before)
+            if env is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = env
 
     return ctx()
 

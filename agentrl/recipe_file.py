@@ -148,7 +148,10 @@ def read_recipe_file(path: str | Path) -> dict[str, Any]:
 
 
 def apply_recipe_env(data: dict[str, Any]) -> None:
-    """Export the recipe's ``env:`` mapping (pops it from ``data``).
+    """Export the recipe's ``env:`` mapping (pops it from ``data``): its values are defaults, and a
+    variable the caller already set keeps the caller's value (``OMP_NUM_THREADS=2 agentrl train
+    R.yaml`` runs on two threads whatever R says; a demo or bench that sets the threads of a phase
+    gets them; the recipe once overrode them, and `agentrl bench async --sync-threads 2` ran on one).
 
     Call it before torch, transformers or huggingface_hub are imported: they read variables such
     as OMP_NUM_THREADS and HF_HUB_OFFLINE once, at import.
@@ -159,4 +162,4 @@ def apply_recipe_env(data: dict[str, Any]) -> None:
     if not isinstance(env_vars, dict):
         raise RecipeError("recipe key 'env' must be a mapping of environment variables")
     for k, v in env_vars.items():
-        os.environ[str(k)] = str(v)
+        os.environ.setdefault(str(k), str(v))

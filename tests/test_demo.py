@@ -178,14 +178,14 @@ def test_learner_threads_hold_inside_and_restore_after():
 
     from agentrl.demo import learner_threads
 
-    before = torch.get_num_threads()
+    before, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
     want = 1 if before != 1 else 2
     with learner_threads(want):
-        assert torch.get_num_threads() == want
-    assert torch.get_num_threads() == before
+        assert (torch.get_num_threads(), os.environ["OMP_NUM_THREADS"]) == (want, str(want))
+    assert (torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")) == (before, env)
     with pytest.raises(RuntimeError), learner_threads(want):
         raise RuntimeError("the RL phase failed")
-    assert torch.get_num_threads() == before
+    assert (torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")) == (before, env)
 
 
 def test_demo_quick(tmp_path):

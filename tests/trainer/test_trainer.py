@@ -269,6 +269,11 @@ def test_recipe_env_block_is_exported_before_torch_loads(tmp_path, tiny_model_di
                        cwd=Path(__file__).resolve().parents[2])
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split()[-2:] == ["True", "1"]
+    # a variable the caller set keeps the caller's value (the recipe's env gives defaults)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**env, "OMP_NUM_THREADS": "2"}, cwd=Path(__file__).resolve().parents[2])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split()[-2:] == ["True", "2"]
 
 
 def test_env_workers_give_the_in_process_rollouts(tmp_path, tiny_model_dir):
