@@ -43,7 +43,10 @@ then end in ``_hf`` / ``_vllm``. ``--recipe`` trains another demo recipe's RL ph
 
     agentrl bench async --recipe recipes/demo_smollm2.yaml --warm runs/demo_smollm2_seed0/sft \
         --goals runs/demo_smollm2_seed0/practised.json --engine hf,vllm --sync-threads 2 \
-        --runs lockstep:1@vllm --steps 6 ``--seeds`` repeats
+        --runs lockstep:1@vllm --steps 6
+
+A ``--goals`` file that names ``env_kwargs`` (the ALFWorld design's practised.json: its generated
+games' folder) passes them to every run. ``--seeds`` repeats
 every run per recipe seed and adds a summary paired by seed (:func:`paired_summary`): steps per hour,
 the ratio to the best synchronous run and to the lock-step producer, and the mean training success
 over the run's steps with its difference to the lock-step producer's (the learning check).
@@ -283,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     if a.warm:
         sft = Path(a.warm)
-        goals = json.loads(Path(a.goals).read_text())["goals"] if a.goals else list(range(4))
+        chosen = json.loads(Path(a.goals).read_text()) if a.goals else {"goals": list(range(4))}
+        goals = chosen["goals"]
+        if chosen.get("env_kwargs"):  # a generated game set's folder (the ALFWorld design's practised.json)
+            common += ["--env_kwargs", json.dumps(chosen["env_kwargs"])]
     else:
         sft, goals = _warm(work / "warm")
     if a.families and not a.goals:
