@@ -53,7 +53,7 @@ help:
 	@echo "make repro-bipace-cpu|repro-salt-cpu|repro-rtmc-cpu|repro-graph-cpu - SmolLM2 CPU subsets (minutes)"
 	@echo "make repro-appo|repro-ccpo [SEEDS=...] - APPO / CCPO-SEPO GPU runs; repro-appo-cpu|repro-ccpo-cpu - CPU subsets"
 	@echo "make demo-smollm2 - the demo with the pretrained SmolLM2-135M-Instruct on CPU (runs/demo_smollm2_seed0, ~75 min; SEED=1 for seed 1; ENGINE=vllm on vLLM's CPU build)"
-	@echo "make demo-alfworld - SmolLM2-135M-Instruct learning ALFWorld on CPU, BiPACE_Q (runs/demo_alfworld_seed0; SEED=S)"
+	@echo "make demo-alfworld - SmolLM2-135M-Instruct learning ALFWorld on CPU, BiPACE_Q (runs/demo_alfworld_seed0; SEED=S; ENGINE=vllm ASYNC=1: RL on vLLM's asynchronous producer)"
 	@echo "make demo-report   - the finished seeds of a demo in one table (DESIGN=alfworld: runs/demo_alfworld_seed*)"
 	@echo "make demo-quick  - the demo in minutes (runs/demo-quick); make arena-quick - a 2-step arena (runs/arena-quick)"
 	@echo "make dipg-venv   - the DIPG OpenEnv env from PyPI in .venv-dipg (make test builds it: the foreign-OpenEnv tests)"
@@ -92,16 +92,21 @@ demo: setup
 # The pretrained design: SmolLM2-135M-Instruct, SFT warm start, RL on the goals it is mediocre on.
 SEED ?= 0
 # ENGINE=vllm: the RL phase generates on agentrl's vLLM engine (vLLM's CPU build in $(VLLM_VENV)), into
-# runs/demo_smollm2_vllm_seedS; ENGINE=hf (the default) is transformers' generate
+# runs/demo_DESIGN_vllm_seedS; ENGINE=hf (the default) is transformers' generate. ASYNC=K: RL with
+# asynchronous rollouts at staleness K (the producer on the second core; with ENGINE=vllm it owns the engine)
 ENGINE ?= hf
+ASYNC ?=
+DEMO_RL = $(if $(ASYNC),--async $(ASYNC)) $(if $(filter vllm,$(ENGINE)),-- --use_vllm true)
+DEMO_ENV = $(if $(filter vllm,$(ENGINE)),AGENTRL_VLLM_VENV=$(abspath $(VLLM_VENV)))
+DEMO_TAG = $(if $(filter vllm,$(ENGINE)),_vllm)$(if $(ASYNC),_async$(ASYNC))
 demo-smollm2: setup $(if $(filter vllm,$(ENGINE)),vllm-venv)
-	$(if $(filter vllm,$(ENGINE)),AGENTRL_VLLM_VENV=$(abspath $(VLLM_VENV))) $(BIN)/python -m agentrl.demo --design smollm2 \
-	  --seed $(SEED) --out runs/demo_smollm2$(if $(filter vllm,$(ENGINE)),_vllm)_seed$(SEED) \
-	  $(if $(filter vllm,$(ENGINE)),-- --use_vllm true)
+	$(DEMO_ENV) $(BIN)/python -m agentrl.demo --design smollm2 --seed $(SEED) \
+	  --out runs/demo_smollm2$(DEMO_TAG)_seed$(SEED) $(DEMO_RL)
 
 # The card's task: SmolLM2-135M-Instruct on ALFWorld's generated games (docs/results/alfworld.md).
-demo-alfworld: setup
-	$(BIN)/python -m agentrl.demo --design alfworld --seed $(SEED) --out runs/demo_alfworld_seed$(SEED)
+demo-alfworld: setup $(if $(filter vllm,$(ENGINE)),vllm-venv)
+	$(DEMO_ENV) $(BIN)/python -m agentrl.demo --design alfworld --seed $(SEED) \
+	  --out runs/demo_alfworld$(DEMO_TAG)_seed$(SEED) $(DEMO_RL)
 
 # every finished seed of DESIGN's demo (runs/demo_DESIGN_seedS with a demo_summary.json)
 DESIGN ?= alfworld
