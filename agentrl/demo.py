@@ -234,6 +234,8 @@ class DemoSettings:
     """RL with asynchronous rollouts at this ``max_staleness`` (None: synchronous)."""
     practised_samples: int | None = None
     """Sampled episodes per practised game before and after RL (None: the design's)."""
+    selection_samples: int | None = None
+    """Sampled episodes per game when choosing the games to practise (None: the design's)."""
 
 
 def warm_start(s: DemoSettings, design: dict, timings: dict[str, float]) -> Path:
@@ -334,9 +336,10 @@ def _train_curve(rl_dir: Path, steps: int) -> list[tuple[int, float]]:
 def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0,
         rl_steps: int | None = None, warm: Path | None = None, practised_goals: int | None = None,
         practised: Path | None = None, rl_overrides: tuple[str, ...] = (),
-        staleness: int | None = None, practised_samples: int | None = None) -> dict[str, Any]:
+        staleness: int | None = None, practised_samples: int | None = None,
+        selection_samples: int | None = None) -> dict[str, Any]:
     s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm, practised_goals, practised, rl_overrides,
-                     staleness, practised_samples)
+                     staleness, practised_samples, selection_samples)
     design = resolve_design(design_name)
     # Tiny models run far faster on 1 thread than 2 on a loaded 2-core machine, 135M ones the
     # other way round (measured); the design decides, AGENTRL_DEMO_THREADS overrides.
@@ -349,7 +352,7 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
 
     t_start = time.time()
     s.out.mkdir(parents=True, exist_ok=True)
-    scale = QUICK if quick else design
+    scale = with_selection_samples(QUICK if quick else design, s.selection_samples)
     steps = s.rl_steps or scale["rl_steps"]
     k = s.practised_goals or scale["practised_goals"]
     timings: dict[str, float] = {}
@@ -478,7 +481,12 @@ def report_line(summary: dict[str, Any]) -> str:
             + f"held-out before={ho['before']['success']:.1f} after={ho['after']['success']:.1f}")
 
 
-def _warm_only(out: Path, design_name: str, quick: bool, seed: int) -> int:
+def with_selection_samples(scale: dict[str, Any], n: int | None) -> dict[str, Any]:
+    """``scale`` with ``selection_samples`` = ``n`` (None: as it is)."""
+    return scale if n is None else {**scale, "selection_samples": n}
+
+
+def _warm_only(out: Path, design_name: str, quick: bool, seed: int, selection_samples: int | None = None) -> int:
     """Build (once) the warm start the RL phase would start from, and choose (once) its practised
     goals: OUT/sft and OUT/practised.json (what ``agentrl arena --practised`` races on)."""
     threads = int(os.environ.get("AGENTRL_DEMO_THREADS", DESIGNS[design_name]["threads"]))
@@ -486,9 +494,9 @@ def _warm_only(out: Path, design_name: str, quick: bool, seed: int) -> int:
     import torch
 
     torch.set_num_threads(threads)
-    s = DemoSettings(out, design_name, seed, quick)
+    s = DemoSettings(out, design_name, seed, quick, selection_samples=selection_samples)
     design = resolve_design(design_name)
-    scale = QUICK if quick else design
+    scale = with_selection_samples(QUICK if quick else design, s.selection_samples)
     sft_dir, chosen = out / "sft", out / "practised.json"
     if not (sft_dir / "config.json").is_file():
         out.mkdir(parents=True, exist_ok=True)
@@ -533,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="RL with asynchronous rollouts at max_staleness K (a producer process on the second core)")
     p.add_argument("--practised-samples", type=int, default=None, metavar="N",
                    help="sampled episodes per practised game before and after RL (default: the design's; 0: none)")
+    p.add_argument("--selection-samples", type=int, default=None, metavar="N",
+                   help="sampled episodes per game when choosing the games to practise (default: the design's)")
     p.add_argument("--warm-only", action="store_true",
                    help="build the model, its SFT warm start and its practised goals only (OUT/sft, "
                         "OUT/practised.json), e.g. for `agentrl arena --practised`")
@@ -558,6 +568,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentrl demo: --practised needs --warm-start and a practised.json with its goals, got {practised}",
               file=sys.stderr)
         return 2
+    if args.practised_samples is not None and not 0 <= args.practised_samples <= 256:
+        print("agentrl demo: --practised-samples must be in 0..256", file=sys.stderr)
+        return 2
+    if args.selection_samples is not None and not 1 <= args.selection_samples <= 64:
+        print("agentrl demo: --selection-samples must be in 1..64", file=sys.stderr)
+        return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -566,15 +582,12 @@ def main(argv: list[str] | None = None) -> int:
 
     quiet_wandb_banner()
     if args.warm_only:
-        return _warm_only(Path(args.out), args.design, args.quick, args.seed)
+        return _warm_only(Path(args.out), args.design, args.quick, args.seed, args.selection_samples)
     if args.staleness is not None and args.staleness < 0:
         print("agentrl demo: --async must be >= 0", file=sys.stderr)
         return 2
-    if args.practised_samples is not None and not 0 <= args.practised_samples <= 256:
-        print("agentrl demo: --practised-samples must be in 0..256", file=sys.stderr)
-        return 2
     s = run(Path(args.out), args.design, args.quick, args.seed, args.rl_steps, warm, args.practised_goals,
-            practised, rl_overrides, args.staleness, args.practised_samples)
+            practised, rl_overrides, args.staleness, args.practised_samples, args.selection_samples)
     print(report_line(s))
     return 0
 

@@ -164,13 +164,23 @@ def test_practised_goals_need_a_warm_start_and_a_goals_file(tmp_path, capsys):
     assert len(err) == 2 and all("--practised needs --warm-start and a practised.json" in e for e in err)
 
 
-@pytest.mark.parametrize("value", ["-1", "257"])
-def test_practised_samples_out_of_range_is_one_line(value, capsys):
+@pytest.mark.parametrize("flag,value,said", [("--practised-samples", "-1", "0..256"), ("--practised-samples", "257", "0..256"),
+                                             ("--selection-samples", "0", "1..64"), ("--selection-samples", "65", "1..64")])
+def test_sample_counts_out_of_range_are_one_line(flag, value, said, capsys):
     from agentrl.demo import main
 
-    assert main(["--design", "alfworld", "--practised-samples", value]) == 2
+    assert main(["--design", "alfworld", flag, value]) == 2
+    assert main(["--design", "alfworld", "--warm-only", flag, value]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["agentrl demo: --practised-samples must be in 0..256"]
+    assert err == [f"agentrl demo: {flag} must be in {said}"] * 2
+
+
+def test_selection_samples_override_the_designs():
+    from agentrl.demo import DESIGNS, with_selection_samples
+
+    design = DESIGNS["alfworld"]
+    assert with_selection_samples(design, None) is design
+    assert with_selection_samples(design, 8)["selection_samples"] == 8 and design["selection_samples"] == 2
 
 
 def test_learner_threads_hold_inside_and_restore_after():
