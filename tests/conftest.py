@@ -15,9 +15,10 @@ _THREADS = os.environ["OMP_NUM_THREADS"]
 
 @pytest.fixture(autouse=True)
 def _threads_as_the_suite_set_them():
-    """Loading a recipe in-process applies its ``env:`` block (recipes/_parts/cpu.yaml sets
-    OMP_NUM_THREADS 2, and ``load_recipe`` passes it to torch), which would change the thread
-    count of every later test in this process. Tests that compare an in-process reference with a
+    """Loading a recipe in-process applies its ``env:`` block as defaults and ``load_recipe``
+    passes OMP_NUM_THREADS to torch; the suite sets it, so the recipe's value (recipes/_parts/cpu.yaml:
+    2) does not win, but a test that sets or clears it (or a demo that sets its own) would change
+    the thread count of every later test in this process. Tests that compare an in-process reference with a
     one-thread subprocess (kill/resume exactness) then see a different float path. Restored after
     each test."""
     yield
