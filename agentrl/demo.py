@@ -298,10 +298,26 @@ def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: i
             *s.rl_overrides]
 
 
+def set_threads(n: int) -> None:
+    """``n`` threads: torch's, and ``OMP_NUM_THREADS`` (the recipe loader and child processes read it)."""
+    import torch
+
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    torch.set_num_threads(n)
+
+
+def demo_threads(design_name: str) -> int:
+    """Set and return the design's threads (``AGENTRL_DEMO_THREADS`` overrides). Tiny models run
+    far faster on 1 thread than 2 on a loaded 2-core machine, 135M ones the other way round
+    (measured)."""
+    n = int(os.environ.get("AGENTRL_DEMO_THREADS", DESIGNS[design_name]["threads"]))
+    set_threads(n)
+    return n
+
+
 def learner_threads(n: int):
-    """``n`` threads for the RL phase (torch's and ``OMP_NUM_THREADS``, which the recipe loader
-    and the producer's processes read), the demo's own after. Under ``--async`` the learner keeps
-    one core and the producer (its generation engine) the other; the learner on both would
+    """``set_threads(n)`` for the RL phase, the demo's own after. Under ``--async`` the learner
+    keeps one core and the producer (its generation engine) the other; the learner on both would
     oversubscribe them."""
     import contextlib
 
@@ -310,8 +326,7 @@ def learner_threads(n: int):
     @contextlib.contextmanager
     def ctx():
         before, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
-        torch.set_num_threads(n)
-        os.environ["OMP_NUM_THREADS"] = str(n)
+        set_threads(n)
         try:
             yield
         finally:
@@ -341,13 +356,7 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
     s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm, practised_goals, practised, rl_overrides,
                      staleness, practised_samples, selection_samples)
     design = resolve_design(design_name)
-    # Tiny models run far faster on 1 thread than 2 on a loaded 2-core machine, 135M ones the
-    # other way round (measured); the design decides, AGENTRL_DEMO_THREADS overrides.
-    threads = int(os.environ.get("AGENTRL_DEMO_THREADS", design["threads"]))
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)
+    threads = demo_threads(design_name)
     from agentrl import train as train_mod
 
     t_start = time.time()
@@ -489,11 +498,7 @@ def with_selection_samples(scale: dict[str, Any], n: int | None) -> dict[str, An
 def _warm_only(out: Path, design_name: str, quick: bool, seed: int, selection_samples: int | None = None) -> int:
     """Build (once) the warm start the RL phase would start from, and choose (once) its practised
     goals: OUT/sft and OUT/practised.json (what ``agentrl arena --practised`` races on)."""
-    threads = int(os.environ.get("AGENTRL_DEMO_THREADS", DESIGNS[design_name]["threads"]))
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)
+    demo_threads(design_name)
     s = DemoSettings(out, design_name, seed, quick, selection_samples=selection_samples)
     design = resolve_design(design_name)
     scale = with_selection_samples(QUICK if quick else design, s.selection_samples)
@@ -568,12 +573,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentrl demo: --practised needs --warm-start and a practised.json with its goals, got {practised}",
               file=sys.stderr)
         return 2
-    if args.practised_samples is not None and not 0 <= args.practised_samples <= 256:
-        print("agentrl demo: --practised-samples must be in 0..256", file=sys.stderr)
-        return 2
-    if args.selection_samples is not None and not 1 <= args.selection_samples <= 64:
-        print("agentrl demo: --selection-samples must be in 1..64", file=sys.stderr)
-        return 2
+    for flag, n, lo, hi in (("practised", args.practised_samples, 0, 256), ("selection", args.selection_samples, 1, 64)):
+        if n is not None and not lo <= n <= hi:
+            print(f"agentrl demo: --{flag}-samples must be in {lo}..{hi}", file=sys.stderr)
+            return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("WANDB_MODE", "offline")

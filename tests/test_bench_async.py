@@ -89,3 +89,14 @@ def test_mixed_goals_take_every_family_in_turn():
     assert len(set(seeds)) == 4
     # one family: its first goals, as the seeds 0..n-1 of its own pool
     assert mixed_goals(["depth3"], 3) == [0, 1, 2]
+
+
+def test_practised_file_passes_a_game_sets_env_kwargs(tmp_path):
+    from agentrl.benchmarks.asynchronous import practised_file
+
+    plain = tmp_path / "textcraft.json"
+    plain.write_text('{"goals": [3, 1, 4], "eval_split": "train"}')
+    assert practised_file(plain) == ([3, 1, 4], [])
+    games = tmp_path / "alfworld.json"
+    games.write_text('{"goals": [0, 13], "env_kwargs": {"prompt_style": "brief", "data_dir": "/g"}}')
+    assert practised_file(games) == ([0, 13], ["--env_kwargs", '{"prompt_style": "brief", "data_dir": "/g"}'])

@@ -64,6 +64,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from agentrl.arena_stats import mean_se
+
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "demo_tiny.yaml"
 
 
@@ -97,9 +99,18 @@ def mixed_goals(families: list[str], n: int = 4) -> list[int]:
 
 
 def _mean_se(xs: list[float]) -> tuple[float, float]:
-    """Mean and standard error (0 for a single value)."""
-    m = statistics.fmean(xs)
-    return m, (statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else 0.0)
+    """The arena's mean and standard error, the s.e. 0 for a single value."""
+    m, se = mean_se(xs)
+    return m, (0.0 if se is None else se)
+
+
+def practised_file(path: Path) -> tuple[list[int], list[str]]:
+    """A practised.json's goals, and the recipe overrides it carries: ``--env_kwargs`` where it
+    names them (the ALFWorld design's: its generated games' folder, without which the runs would
+    play other games)."""
+    chosen = json.loads(path.read_text())
+    kwargs = chosen.get("env_kwargs")
+    return chosen["goals"], (["--env_kwargs", json.dumps(kwargs)] if kwargs else [])
 
 
 def paired_summary(by_seed: dict[int, list[dict]], reference: str | None) -> list[dict]:
@@ -286,10 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     if a.warm:
         sft = Path(a.warm)
-        chosen = json.loads(Path(a.goals).read_text()) if a.goals else {"goals": list(range(4))}
-        goals = chosen["goals"]
-        if chosen.get("env_kwargs"):  # a generated game set's folder (the ALFWorld design's practised.json)
-            common += ["--env_kwargs", json.dumps(chosen["env_kwargs"])]
+        goals, env_args = practised_file(Path(a.goals)) if a.goals else (list(range(4)), [])
+        common += env_args
     else:
         sft, goals = _warm(work / "warm")
     if a.families and not a.goals:
