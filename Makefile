@@ -152,11 +152,16 @@ $(VLLM_VENV)/.done: Makefile
 	$(VLLM_VENV)/bin/python -c "import torch; assert torch.__version__.startswith('$(TORCH_VERSION)'), torch.__version__"
 	touch $@
 
+# TEST_WORKERS pytest-xdist workers, one thread each (tests/conftest.py: ports, the "ranks" group);
+# TEST_WORKERS=0: one process
+TEST_WORKERS ?= 2
+PYTEST = OMP_NUM_THREADS=1 AGENTRL_DIPG_VENV=$(DIPG_VENV) AGENTRL_VLLM_VENV=$(abspath $(VLLM_VENV)) \
+  $(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 test: setup dipg-venv vllm-venv
-	OMP_NUM_THREADS=1 AGENTRL_DIPG_VENV=$(DIPG_VENV) AGENTRL_VLLM_VENV=$(abspath $(VLLM_VENV)) $(BIN)/python -m pytest -q tests
+	$(PYTEST) tests
 
 test-fast: setup
-	OMP_NUM_THREADS=1 AGENTRL_DIPG_VENV=$(DIPG_VENV) AGENTRL_VLLM_VENV=$(abspath $(VLLM_VENV)) $(BIN)/python -m pytest -q tests -m "not slow"
+	$(PYTEST) tests -m "not slow"
 
 test-alfworld-native: setup
 	AGENTRL_ALFWORLD_FULL=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/envs/test_alfworld_native.py

@@ -282,7 +282,12 @@ def run_cell(name: str, cell: Cell, tmp: Path, model: str) -> list[int]:
     return checked
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow] if c.slow else []) for n, c in CELLS.items()])
+def _marks(cell: Cell) -> list:
+    # a 2-process launch binds port 29500: under pytest-xdist, one at a time (tests/conftest.py)
+    return ([pytest.mark.slow] if cell.slow else []) + ([pytest.mark.xdist_group("ranks")] if cell.launcher != "one" else [])
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(c)) for n, c in CELLS.items()])
 def test_a_killed_run_resumes_exactly(name, tmp_path, models):
     cell = CELLS[name]
     if cell.launcher == "zero3":
