@@ -5,9 +5,10 @@
 
 Every (estimator, seed) run trains ``RECIPE`` from the same warm start (the recipe's
 ``model_name_or_path`` or ``--warm-start``) and differs from the others only in ``credit`` /
-``credit_kwargs`` and ``seed``. Every checkpoint is evaluated greedily on the same held-out tasks
-with the settings the run was trained with (:mod:`agentrl.evaluation.heldout`), so estimators are compared
-*paired* over tasks and seeds. Runs go to ``N`` worker processes (one thread each), each writes
+``credit_kwargs`` and ``seed``. Every checkpoint is evaluated on the same held-out tasks with the
+settings the run was trained with (:mod:`agentrl.evaluation.heldout`): greedily, one episode a task,
+or with ``--eval-samples N`` by N sampled episodes a task (a task's outcome is then its share won),
+so estimators are compared *paired* over tasks and seeds. Runs go to ``N`` worker processes (one thread each), each writes
 its own log, and the arena is resumable: a finished run is skipped, a killed one resumes from
 its last checkpoint, an evaluated checkpoint is not evaluated again.
 
@@ -95,6 +96,8 @@ class RunSpec:
     eval_every: int
     heldout: dict[str, Any]
     extra: tuple[str, ...] = ()
+    eval_samples: int = 0
+    """Sampled episodes per held-out task (0: one greedy episode)."""
 
 
 def train_argv(r: RunSpec) -> list[str]:
@@ -119,11 +122,11 @@ def _checkpoints(train_dir: Path) -> list[tuple[int, Path]]:
 
 def run_one(r: RunSpec) -> dict[str, Any]:
     """Train (or resume) one run, then evaluate each of its checkpoints once; returns its result."""
-    from agentrl.evaluation.heldout import HeldOutSettings, evaluate_wins
+    from agentrl.evaluation.heldout import HeldOutSettings
     from agentrl.plugins import import_for
 
     run_dir = Path(r.out)
-    done = run_dir / "result.json"
+    done = run_dir / f"result{_sampled_suffix(r.eval_samples)}.json"  # a finished arena can be re-scored
     if done.is_file():
         return json.loads(done.read_text())
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -141,9 +144,9 @@ def run_one(r: RunSpec) -> dict[str, Any]:
     settings = HeldOutSettings(**r.heldout)
     curve = []
     for step, ck in _checkpoints(run_dir / "train"):
-        cache = run_dir / f"eval_step{step:05d}.json"
+        cache = run_dir / f"eval_step{step:05d}{_sampled_suffix(r.eval_samples)}.json"
         if not cache.is_file():
-            cache.write_text(json.dumps(evaluate_wins(str(ck), settings)))
+            cache.write_text(json.dumps(evaluate(str(ck), settings, r.eval_samples)))
         res = json.loads(cache.read_text())
         curve.append({"step": step, "success": res["success"], "wins": res["wins"]})
     state = run_dir / "train" / f"checkpoint-{r.steps}" / "trainer_state.json"
@@ -166,13 +169,41 @@ def _train_metrics(history: list[dict]) -> dict[str, float]:
     return out
 
 
-def _warm_eval(out: Path, warm: str, heldout: dict[str, Any]) -> dict[str, Any]:
-    """Step 0 of every curve: the shared warm start, evaluated once."""
-    from agentrl.evaluation.heldout import HeldOutSettings, evaluate_wins
+def _eval_set(practised: dict[str, Any] | None, hs, samples: int) -> str:
+    """What the curves measure, in words (arena.md's first line)."""
+    tasks = (f"fresh draws of {len(practised['goals'])} practised goals ({len(hs.seeds)} tasks)" if practised
+             else f"{hs.episodes} held-out tasks ({hs.split})")
+    if not samples:
+        return tasks
+    return f"{tasks}, {samples} episodes sampled a task at temperature {hs.temperature:g} (a task's share won)"
 
-    cache = out / "warm_start_eval.json"
+
+def _sampled_suffix(samples: int) -> str:
+    """Cache-name suffix: a greedy and a sampled evaluation of one checkpoint are kept apart."""
+    return f"_sampled{samples}" if samples else ""
+
+
+def evaluate(model_dir: str, settings, samples: int = 0) -> dict[str, Any]:
+    """One checkpoint on the held-out tasks: greedy, one episode a task (``samples`` 0; ``wins``
+    per task True/False), or ``samples`` episodes a task at the recipe's temperature, top-k,
+    top-p and min-p (``wins`` per task the share won; ``success`` their mean in %). The sampled
+    draws use one key for every checkpoint, so two checkpoints meet the same random numbers."""
+    from agentrl.evaluation.heldout import evaluate_wins, sampled_success
+
+    if not samples:
+        return evaluate_wins(model_dir, settings)
+    rates = sampled_success(model_dir, settings, samples)
+    return {"success": 100 * sum(rates) / len(rates), "episodes": samples * len(rates), "samples": samples,
+            "wins": rates}
+
+
+def _warm_eval(out: Path, warm: str, heldout: dict[str, Any], samples: int = 0) -> dict[str, Any]:
+    """Step 0 of every curve: the shared warm start, evaluated once."""
+    from agentrl.evaluation.heldout import HeldOutSettings
+
+    cache = out / f"warm_start_eval{_sampled_suffix(samples)}.json"
     if not cache.is_file():
-        cache.write_text(json.dumps(evaluate_wins(warm, HeldOutSettings(**heldout))))
+        cache.write_text(json.dumps(evaluate(warm, HeldOutSettings(**heldout), samples)))
     return json.loads(cache.read_text())
 
 
@@ -267,6 +298,12 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=10, help="checkpoint and evaluate every this many steps")
     p.add_argument("--eval-split", default="valid", help="held-out split (default valid)")
     p.add_argument("--eval-episodes", type=int, default=59, help="held-out tasks (seeds 0..n-1 of the split)")
+    p.add_argument("--eval-samples", type=int, default=0,
+                   help="score each task by this many episodes sampled at the recipe's temperature, its share "
+                        "won (default 0: one greedy episode a task)")
+    p.add_argument("--eval-batch", type=int, default=0,
+                   help="episodes generated together at most in an evaluation (default 0: all at once); "
+                        "bounds its memory")
     p.add_argument("--threshold", type=float, default=None,
                    help="success (%%) for steps-to-threshold (default: warm start + 10 points)")
     p.add_argument("--baseline", default=None, help="estimator label the others are compared with (default: the first)")
@@ -303,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ArenaError(f"--baseline {baseline!r} is not among --estimators")
         if args.workers < 1 or args.eval_every < 1 or args.eval_episodes < 1:
             raise ArenaError("--workers, --eval-every and --eval-episodes must be >= 1")
+        if args.eval_samples < 0 or args.eval_batch < 0:
+            raise ArenaError("--eval-samples and --eval-batch must be >= 0")
         extra = []
         for s in args.set:
             k, eq, v = s.partition("=")
@@ -336,15 +375,16 @@ def main(argv: list[str] | None = None) -> int:
                                          seeds=practised["eval_seeds"])
     else:
         hs = HeldOutSettings.from_config(cfg, args.eval_split, args.eval_episodes)
-    heldout = hs.to_dict()
+    heldout = {**hs.to_dict(), "max_batch": args.eval_batch}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     specs = [RunSpec(str(Path(args.recipe).resolve()), warm, c, s, str(out / "runs" / c.slug / f"seed{s}"),
-                     steps, min(args.eval_every, steps), heldout, tuple(extra)) for c in contenders for s in seeds]
+                     steps, min(args.eval_every, steps), heldout, tuple(extra), args.eval_samples)
+             for s in seeds for c in contenders]  # seed-major: a stopped arena leaves whole pairs
     print(f"[arena] {len(specs)} runs ({len(contenders)} estimators x {len(seeds)} seeds), {steps} steps each, "
           f"{args.workers} workers; logs in {out / 'runs'}/*/seed*/train.log", flush=True)
     t0 = time.time()
-    warm_res = _warm_eval(out, warm, heldout)
+    warm_res = _warm_eval(out, warm, heldout, args.eval_samples)
     results = _pool_run(specs, args.workers)
     wall = time.time() - t0
     failed = [res for res in results if "failed" in res]
@@ -357,8 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     threshold = args.threshold if args.threshold is not None else warm_res["success"] + 10.0
     summary = summarize(results, warm_res, [c.label for c in contenders], seeds, baseline, threshold, steps)
     summary.update(recipe=args.recipe, warm_start=warm, heldout=heldout, wall_s=wall, workers=args.workers,
-                   eval_set=(f"fresh draws of {len(practised['goals'])} practised goals ({len(hs.seeds)} episodes)"
-                             if practised else f"{hs.episodes} held-out tasks ({hs.split})"))
+                   eval_set=_eval_set(practised, hs, args.eval_samples))
     write_outputs(summary, out)
     print((out / "arena.md").read_text())
     print(f"[arena] wrote {out / 'arena.md'}, arena.json, curves.png, steps_to_threshold.png "

@@ -181,6 +181,14 @@ def test_arena_bad_input_is_one_line():
     assert p.stderr.strip().count("\n") == 0 and "nosuch" in p.stderr
 
 
+@pytest.mark.parametrize("flag", ["--eval-samples", "--eval-batch"])
+def test_arena_negative_eval_counts_are_one_line(tmp_path, flag):
+    p = _arena(["recipes/textcraft_grpo_tiny_cpu.yaml", "--estimators", "grpo", flag, "-1", "--out", str(tmp_path / "a")])
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "must be >= 0" in p.stderr
+    assert not (tmp_path / "a").exists()
+
+
 @pytest.mark.parametrize("text, needle", [
     ("{not json", "not a practised-goals file (JSONDecodeError"),
     ('{"goals": [1]}', "not a practised-goals file (KeyError"),
@@ -248,6 +256,18 @@ def test_arena_quick_race(tmp_path):
     # rerunning the same command skips finished runs (no new training) and gives the same table
     p2 = _arena(args)
     assert p2.returncode == 0 and (out / "arena.md").read_text() == md
+    # re-scored by 2 sampled episodes a task: no training, each task's outcome its share won
+    log_size = (out / "runs" / "grpo" / "seed0" / "train.log").stat().st_size
+    p3 = _arena(args + ["--eval-samples", "2", "--eval-batch", "2"])
+    assert p3.returncode == 0, p3.stderr[-3000:]
+    assert (out / "runs" / "grpo" / "seed0" / "train.log").stat().st_size == log_size
+    sampled = json.loads((out / "arena.json").read_text())
+    assert sampled["heldout"]["max_batch"] == 2 and "2 episodes sampled a task" in sampled["eval_set"]
+    for lab in ("grpo", "gigpo"):
+        ev = json.loads((out / "runs" / lab / "seed0" / "eval_step00002_sampled2.json").read_text())
+        assert ev["episodes"] == 6 and all(w in (0.0, 0.5, 1.0) for w in ev["wins"])
+        assert sampled["estimators"][lab]["final"] == ev["success"] == 100 * sum(ev["wins"]) / 3
+    assert (out / "runs" / "grpo" / "seed0" / "eval_step00002.json").read_text() != ""  # the greedy one kept
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
