@@ -73,6 +73,15 @@ def parse_contenders(spec: str) -> list[Contender]:
     return out
 
 
+def with_recipe_kwargs(contenders: list[Contender], credit: str, recipe_kwargs: dict[str, Any]) -> list[Contender]:
+    """A contender that names the recipe's own estimator (``credit``) runs with the recipe's
+    ``credit_kwargs``, its command-line kwargs winning: ``bipace_q`` on a BiPACE_Q recipe is that
+    recipe's estimator, not BiPACE_Q's defaults. Other estimators keep their defaults (their
+    papers' forms) and what the command line gives them."""
+    return [Contender(c.label, c.credit, tuple(sorted((dict(recipe_kwargs) | dict(c.kwargs)).items())))
+            if c.credit == credit else c for c in contenders]
+
+
 def parse_seeds(spec: str) -> list[int]:
     try:
         seeds = [int(s) for s in spec.split(",") if s.strip()]
@@ -357,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                 extra += ["--env_kwargs", json.dumps(practised["env_kwargs"])]
         overrides = list(extra) + (["--model_name_or_path", args.warm_start] if args.warm_start else [])
         cfg = load_recipe(args.recipe, overrides)
+        contenders = with_recipe_kwargs(contenders, cfg.credit, dict(cfg.credit_kwargs or {}))
         for c in contenders:  # every contender's recipe is checked before any run starts
             _check_contender(load_recipe(args.recipe, overrides + [
                 "--credit", c.credit, "--credit_kwargs", json.dumps(dict(c.kwargs))]))
@@ -383,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
              for s in seeds for c in contenders]  # seed-major: a stopped arena leaves whole pairs
     print(f"[arena] {len(specs)} runs ({len(contenders)} estimators x {len(seeds)} seeds), {steps} steps each, "
           f"{args.workers} workers; logs in {out / 'runs'}/*/seed*/train.log", flush=True)
+    for c in contenders:
+        print(f"[arena] {c.label}: credit {c.credit}, credit_kwargs {dict(c.kwargs)}", flush=True)
     t0 = time.time()
     warm_res = _warm_eval(out, warm, heldout, args.eval_samples)
     results = _pool_run(specs, args.workers)
@@ -397,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     threshold = args.threshold if args.threshold is not None else warm_res["success"] + 10.0
     summary = summarize(results, warm_res, [c.label for c in contenders], seeds, baseline, threshold, steps)
     summary.update(recipe=args.recipe, warm_start=warm, heldout=heldout, wall_s=wall, workers=args.workers,
+                   credit_kwargs={c.label: dict(c.kwargs) for c in contenders},
                    eval_set=_eval_set(practised, hs, args.eval_samples))
     write_outputs(summary, out)
     print((out / "arena.md").read_text())

@@ -299,3 +299,19 @@ def test_a_killed_arena_takes_its_training_processes_with_it(tmp_path):
     else:
         os.kill(child, signal.SIGKILL)
         pytest.fail("the child outlived its killed parent")
+
+
+def test_the_recipes_own_estimator_keeps_its_kwargs():
+    """On the BiPACE_Q ALFWorld recipe: bipace_q runs with the recipe's kwargs (eps 0.05, not the
+    default 0.10), the command line winning; grpo and gigpo with their defaults and their own."""
+    from agentrl.arena import parse_contenders, with_recipe_kwargs
+    from agentrl.config import load_recipe
+
+    cfg = load_recipe("recipes/demo_alfworld.yaml", [])
+    recipe_kw = {"action_key": "action_tag", "eps": 0.05, "w": 1.0, "episode_stats": "steps",
+                 "episode_singleton": "raw", "penalty": "step", "norm": "mean"}
+    assert (cfg.credit, cfg.credit_kwargs) == ("bipace_q", recipe_kw)
+    got = {c.label: dict(c.kwargs) for c in with_recipe_kwargs(
+        parse_contenders("bipace_q,bipace_q:eps=0.2,grpo,gigpo:w=0.5"), cfg.credit, cfg.credit_kwargs)}
+    assert got == {"bipace_q": recipe_kw, "bipace_q:eps=0.2": {**recipe_kw, "eps": 0.2}, "grpo": {},
+                   "gigpo:w=0.5": {"w": 0.5}}
