@@ -206,6 +206,21 @@ def evaluate(model_dir: str, settings, samples: int = 0) -> dict[str, Any]:
             "wins": rates}
 
 
+def _visits(rollouts: Path) -> dict[str, list[float]]:
+    """A run's per-task success at each visit (``arena_stats.visit_rates``) from its saved rollouts
+    (``save_rollouts``); empty when it saved none."""
+    from agentrl.arena_stats import visit_rates
+
+    def rows():
+        for f in sorted(rollouts.glob("iter_*.jsonl")):
+            with f.open() as fh:
+                for line in fh:
+                    r = json.loads(line)
+                    yield r["group_id"], r["traj_id"], r["won"]
+
+    return visit_rates(rows())
+
+
 def _warm_eval(out: Path, warm: str, heldout: dict[str, Any], samples: int = 0) -> dict[str, Any]:
     """Step 0 of every curve: the shared warm start, evaluated once."""
     from agentrl.evaluation.heldout import HeldOutSettings
@@ -398,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     warm_res = _warm_eval(out, warm, heldout, args.eval_samples)
     results = _pool_run(specs, args.workers)
+    run_dirs = {(r.contender.label, r.seed): Path(r.out) for r in specs}
+    for res in results:
+        if "failed" not in res:
+            res["visits"] = _visits(run_dirs[res["label"], res["seed"]] / "train" / "rollouts")
     wall = time.time() - t0
     failed = [res for res in results if "failed" in res]
     if failed:

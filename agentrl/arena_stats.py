@@ -119,6 +119,31 @@ def verdicts(rows: dict[str, dict[str, Any]], baseline: str, alpha: float = 0.05
             rows[baseline][key], rows[baseline][f"{key}_p_holm"] = "baseline", None
 
 
+def visit_rates(rows) -> dict[str, list[float]]:
+    """Per task, the share of its training episodes won at each visit: ``rows`` are (group id,
+    trajectory id, won) in the order the run wrote them; a group id is ``s<step>:t<task>`` (one
+    visit of one task), so a task's visits are its groups in order."""
+    groups: dict[str, dict[str, bool]] = {}
+    for gid, traj, won in rows:
+        groups.setdefault(gid, {})[traj] = bool(won)
+    out: dict[str, list[float]] = {}
+    for gid, wins in groups.items():
+        out.setdefault(gid.split(":", 1)[1], []).append(sum(wins.values()) / len(wins))
+    return out
+
+
+def visit_gain(runs: list[dict[str, list[float]]]) -> dict[str, Any] | None:
+    """Over an estimator's runs (``visit_rates`` each): mean success (%) at each visit that every
+    task had, and the last of those minus the first, paired over (run, task), with its s.e."""
+    pairs = [v for run in runs for v in run.values()]
+    n = min((len(v) for v in pairs), default=0)
+    if n < 2:
+        return None
+    per_visit = [100 * statistics.fmean(v[i] for v in pairs) for i in range(n)]
+    gain, se = paired_difference([v[0] for v in pairs], [v[n - 1] for v in pairs])
+    return {"per_visit": per_visit, "gain": gain, "gain_se": se, "pairs": len(pairs), "visits": n}
+
+
 def summarize(results: list[dict[str, Any]], warm: dict[str, Any], labels: list[str], seeds: list[int],
               baseline: str, threshold: float, last_step: int) -> dict[str, Any]:
     """Every number of the arena, by estimator (in ``labels`` order)."""
@@ -128,6 +153,7 @@ def summarize(results: list[dict[str, Any]], warm: dict[str, Any], labels: list[
     for lab in labels:
         row = estimator_row(by[lab], base_runs, warm, threshold, last_step)
         row["curves"] = {r["seed"]: _curve(r, warm) for r in by[lab]}
+        row["visits"] = visit_gain([r["visits"] for r in by[lab] if r.get("visits")])
         rows[lab] = row
     verdicts(rows, baseline)
     return {"estimators": rows, "baseline": baseline, "threshold": threshold, "seeds": seeds,
@@ -171,6 +197,15 @@ def markdown(summary: dict[str, Any]) -> str:
                      f"{r['diff_to_baseline']:+.1f} ({se_s} / {se_t}) | {r['verdict']}{_p(r.get('verdict_p_holm'))} | "
                      f"{r['auc_diff']:+.1f} ({se_a}) | {r['auc_verdict']}{_p(r.get('auc_verdict_p_holm'))} | "
                      + " | ".join(diag) + f" | {sps} |")
+    visits = {lab: r["visits"] for lab, r in summary["estimators"].items() if r.get("visits")}
+    if visits:
+        lines += ["", "Success (%) of the training episodes on each practised task at each visit (every group of "
+                  "rollouts of a task is one visit; the runs' saved rollouts), pooled over seeds; last minus first "
+                  "visit paired over (seed, task):", "",
+                  "| estimator | per visit | last - first (s.e.) | (seed, task) pairs |", "|---|---|---|---|"]
+        for lab, v in visits.items():
+            lines.append(f"| {lab} | {' -> '.join(f'{x:.1f}' for x in v['per_visit'])} | "
+                         f"{v['gain']:+.1f} ({v['gain_se']:.1f}) | {v['pairs']} |")
     m = len(summary["estimators"]) - 1
     lines += ["", f"Verdicts compare each estimator with the baseline, paired by seed: `better`/`worse` when the "
               f"two-sided p-value, Holm-adjusted over the {m} estimators compared (final success and AUC each one "

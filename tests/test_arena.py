@@ -315,3 +315,33 @@ def test_the_recipes_own_estimator_keeps_its_kwargs():
         parse_contenders("bipace_q,bipace_q:eps=0.2,grpo,gigpo:w=0.5"), cfg.credit, cfg.credit_kwargs)}
     assert got == {"bipace_q": recipe_kw, "bipace_q:eps=0.2": {**recipe_kw, "eps": 0.2}, "grpo": {},
                    "gigpo:w=0.5": {"w": 0.5}}
+
+
+def test_visit_rates_and_gain_by_hand():
+    from agentrl.arena_stats import visit_gain, visit_rates
+
+    rows = [("s0:t1", "a", True), ("s0:t1", "a", True), ("s0:t1", "b", False), ("s0:t0", "c", True),
+            ("s0:t0", "d", True), ("s1:t0", "e", False), ("s1:t0", "f", True), ("s1:t1", "g", True),
+            ("s1:t1", "h", True), ("s2:t1", "i", False), ("s2:t1", "j", False)]
+    # a trajectory's several steps count once; a task's visits are its groups in order
+    assert visit_rates(rows) == {"t1": [0.5, 1.0, 0.0], "t0": [1.0, 0.5]}
+    v = visit_gain([visit_rates(rows), {"t0": [0.0, 1.0]}])
+    # pairs (first, second visit): (1, .5), (.5, 1), (0, 1): differences -.5, .5, 1
+    assert (v["visits"], v["pairs"]) == (2, 3)
+    assert v["per_visit"] == pytest.approx([50.0, 250 / 3])
+    assert v["gain"] == pytest.approx(100 / 3)
+    assert v["gain_se"] == pytest.approx(100 * (7 / 12) ** 0.5 / 3 ** 0.5)
+    assert visit_gain([{"t0": [1.0]}]) is None and visit_gain([]) is None
+
+
+def test_the_visit_table_is_in_arena_md():
+    from agentrl.arena_stats import markdown, summarize
+
+    def run(label, seed, visits):
+        return {"label": label, "seed": seed, "curve": [{"step": 2, "success": 50.0, "wins": [True, False]}],
+                "train_log": {}, "visits": visits}
+
+    warm = {"success": 50.0, "wins": [True, False]}
+    results = [run("grpo", 0, {"t0": [0.0, 0.5], "t1": [0.5, 1.0]}), run("gigpo", 0, {})]
+    md = markdown(summarize(results, warm, ["grpo", "gigpo"], [0], "grpo", 60.0, 2))
+    assert "| grpo | 25.0 -> 75.0 | +50.0 (0.0) | 2 |" in md and "| gigpo | 25.0" not in md
