@@ -210,15 +210,10 @@ def _visits(rollouts: Path) -> dict[str, list[float]]:
     """A run's per-task success at each visit (``arena_stats.visit_rates``) from its saved rollouts
     (``save_rollouts``); empty when it saved none."""
     from agentrl.arena_stats import visit_rates
+    from agentrl.records import read_jsonl
 
-    def rows():
-        for f in sorted(rollouts.glob("iter_*.jsonl")):
-            with f.open() as fh:
-                for line in fh:
-                    r = json.loads(line)
-                    yield r["group_id"], r["traj_id"], r["won"]
-
-    return visit_rates(rows())
+    return visit_rates((r["group_id"], r["traj_id"], r["won"])
+                       for f in sorted(rollouts.glob("iter_*.jsonl")) for r in read_jsonl(f))
 
 
 def _warm_eval(out: Path, warm: str, heldout: dict[str, Any], samples: int = 0) -> dict[str, Any]:

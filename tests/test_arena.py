@@ -258,6 +258,7 @@ def test_arena_quick_race(tmp_path):
     assert p2.returncode == 0 and (out / "arena.md").read_text() == md
     # re-scored by 2 sampled episodes a task: no training, each task's outcome its share won
     log_size = (out / "runs" / "grpo" / "seed0" / "train.log").stat().st_size
+    greedy = (out / "runs" / "grpo" / "seed0" / "eval_step00002.json").read_text()
     p3 = _arena(args + ["--eval-samples", "2", "--eval-batch", "2"])
     assert p3.returncode == 0, p3.stderr[-3000:]
     assert (out / "runs" / "grpo" / "seed0" / "train.log").stat().st_size == log_size
@@ -267,7 +268,9 @@ def test_arena_quick_race(tmp_path):
         ev = json.loads((out / "runs" / lab / "seed0" / "eval_step00002_sampled2.json").read_text())
         assert ev["episodes"] == 6 and all(w in (0.0, 0.5, 1.0) for w in ev["wins"])
         assert sampled["estimators"][lab]["final"] == ev["success"] == 100 * sum(ev["wins"]) / 3
-    assert (out / "runs" / "grpo" / "seed0" / "eval_step00002.json").read_text() != ""  # the greedy one kept
+    # the greedy evaluation is kept beside the sampled one, untouched: True/False per task
+    assert (out / "runs" / "grpo" / "seed0" / "eval_step00002.json").read_text() == greedy
+    assert all(isinstance(w, bool) for w in json.loads(greedy)["wins"])
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
