@@ -16,14 +16,13 @@
    (sampled success 25-75%), half of them goals its greedy policy fails.
 4. **RL.** ``agentrl.train`` on ``recipes/demo_<design>.yaml`` (AgentGRPOTrainer + a credit
    module) from the SFT checkpoint on those goals (``--task_seeds``), saving checkpoints.
-5. **Evaluation**, greedy, after SFT ("before"), at each RL checkpoint (``learning_curve.png``) and
-   after RL ("after"): on fresh episodes of the practised goals (distractor draws neither RL nor
-   the selection saw), the headline, and on the held-out ``valid`` goals (never trained on), transfer.
+5. **Evaluation**, greedy, after SFT ("before"), at each RL checkpoint (``learning_curve.png``) and after
+   RL ("after"): fresh episodes of the practised goals (distractor draws neither RL nor the selection
+   saw), the headline, and the held-out ``valid`` goals (never trained on), transfer.
 
 The last line printed is ``demo: practised goals before=.. after=.. (paired s.e. ..); held-out
 before=.. after=..`` (percent of episodes), so the gain shown is RL's own. Everything is seeded:
-the same command gives the same numbers on the same machine (thread scheduling aside).
-"""
+the same command gives the same numbers on the same machine (thread scheduling aside)."""
 
 from __future__ import annotations
 
@@ -58,6 +57,7 @@ from agentrl.demo_goals import (
     train_pool,
 )
 from agentrl.evaluation.heldout import paired_difference
+from agentrl.precision import cpu_bf16_native
 
 ENV_ID = "agentrl/TextCraft-v0"
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
@@ -70,9 +70,8 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 # steps x 4 tasks visit each of 16 goals 10 times. The goals are evaluated on ``fresh_draws`` other
 # draws of their distractor recipes (seeds g + m x 232, m = 1..fresh_draws), never an RL task.
 # ``eval_episodes``: the 59 held-out depth-2 goals, each twice with a different draw of distractors
-# (seed s and s + 59 give the same goal).
-# ``env_kwargs`` must be the recipe's (the SFT examples are the prompts RL will see); ``bf16``: SFT
-# and the greedy/sampled evaluations run under bf16 autocast (see ``precision``).
+# (seed s and s + 59 give the same goal). ``env_kwargs`` must be the recipe's (the SFT examples are
+# the prompts RL will see); ``bf16``: SFT, RL and the evaluations in bf16 where native (``precision``).
 DESIGNS: dict[str, dict[str, Any]] = {
     "tiny": dict(recipe="demo_tiny.yaml", env_kwargs={"prompt_style": "compact"}, hidden_size=128, num_layers=2,
                  vocab_size=1024, sft_episodes=232, sft_steps=1200, sft_lr=1e-3, sft_batch=16, threads=1, bf16=False,
@@ -108,13 +107,12 @@ QUICK = dict(sft_steps_tiny=150, sft_steps_smollm2=4, sft_steps_alfworld=4, rl_s
 
 def precision(design: dict):
     """bf16 autocast around the demo's own generation (goal selection, evaluation) where
-    ``design["bf16"]``, else nothing: on a CPU with AMX a 135M model generates about twice as fast.
-    Training keeps to the trainers' own ``bf16`` setting (autocast of the forward pass only): SFT
-    under an autocast around the whole HF Trainer step stopped learning (measured)."""
+    ``design["bf16"]`` (on a CPU with AMX a 135M model generates about twice as fast; ``resolve_design``
+    drops it where emulated), else nothing. Training keeps to the trainers' own ``bf16`` setting:
+    SFT under an autocast around the whole HF Trainer step stopped learning (measured)."""
     import contextlib
 
     import torch
-
     return torch.autocast("cpu", dtype=torch.bfloat16) if design.get("bf16") else contextlib.nullcontext()
 
 
@@ -171,6 +169,9 @@ def resolve_design(name: str) -> dict[str, Any]:
     design = dict(DESIGNS[name], env_kwargs=dict(DESIGNS[name]["env_kwargs"]))
     design.setdefault("env_id", ENV_ID)
     design.setdefault("families", FAMILIES)
+    if design.get("bf16") and not cpu_bf16_native():  # emulated bf16 is ~25x slower (agentrl.precision)
+        design["bf16"] = False
+        log("bf16 is emulated on this CPU (no AVX512-BF16 or AMX): the design runs in fp32")
     if "games" in design:
         from agentrl.demo_alfworld import check_split, ensure_games
 
@@ -291,11 +292,10 @@ def rl_argv(s: DemoSettings, design: dict, sft_dir: Path, rl_dir: Path, steps: i
             *(["--task_seeds", *map(str, goals)] if goals else []),  # the practised goals
             *(["--rollout_mode", "async", "--max_staleness", str(s.staleness), "--async_producer_threads", "1"]
               if s.staleness is not None else []),
-            # the generated game set's folder (data_dir) with the recipe's env_kwargs
-            *(["--env_kwargs", json.dumps(design["env_kwargs"])] if "games" in design else []),
+            *(["--env_kwargs", json.dumps(design["env_kwargs"])] if "games" in design else []),  # + data_dir
             "--log_memory", "true",  # mem/<phase>_gib per step in metrics.jsonl
             "--overwrite_output_dir", "true",  # a rerun of the demo starts its RL phase afresh
-            *s.rl_overrides]
+            *([] if design.get("bf16") else ["--bf16", "false"]), *s.rl_overrides]
 
 
 def set_threads(n: int) -> None:

@@ -392,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         prepare_output_dir(cfg, resume)
         _wandb_dir_in_run(cfg.output_dir)
+        from agentrl.precision import emulated_bf16_warning
+
+        if warning := emulated_bf16_warning(bool(cfg.bf16), bool(cfg.use_cpu)):
+            _say(warning)
         trainer = build_trainer(cfg)
     except RecipeError as e:
         return _fail("agentrl train", e)

@@ -47,15 +47,17 @@ def onehot_gram(ids: np.ndarray) -> GramFn:
 
 
 class _DenseGram:
-    """Gram of the L2-normalized fingerprints (canonical order); zero vectors stay zero.
+    """Gram of the L2-normalized fingerprints (canonical order); zero vectors stay zero. With
+    ``center`` each call's rows (one prompt group) have their mean subtracted first.
 
     Called with the positions of one group it returns that group's (n, n) Gram (upper triangle
     valid). (A batched GEMM over a whole zero-padded chunk was measured no faster than one
     syrk per group, so groups are done one at a time.)
     """
 
-    def __init__(self, F: np.ndarray | list):
+    def __init__(self, F: np.ndarray | list, center: bool = False):
         self.F = F
+        self.center = center
         first = F[0] if len(F) else None
         self.dim = int(np.size(first)) if first is not None else 0
         """Fingerprint length (of the first record; a mismatch raises in :meth:`_rows`)."""
@@ -82,18 +84,38 @@ class _DenseGram:
         X *= np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)[..., None]
         return X
 
+    @staticmethod
+    def _centred(X: np.ndarray) -> np.ndarray:
+        mean = X.mean(0)
+        C = X - mean
+        # rows that all equal their mean would become zero vectors, i.e. cosine 0 to everything:
+        # a group of one repeated state would split into singletons. Such a group keeps its raw rows
+        # (all identical, one cluster at any eps).
+        scale = float(np.sqrt(mean @ mean))
+        if float(np.abs(C).max(initial=0.0)) <= 1e-6 * max(scale, 1e-30):
+            return X
+        return C
+
     def __call__(self, pos: np.ndarray) -> np.ndarray:
+        X = self._rows(pos)
+        if self.center:
+            X = self._centred(X)
         # only the upper triangle (j >= i) is ever read: BLAS syrk does half the GEMM's work
-        return _syrk(self._normalize(self._rows(pos)))
+        return _syrk(self._normalize(X))
 
 
-def dense_gram(F: np.ndarray | list) -> GramFn:
+def dense_gram(F: np.ndarray | list, center: bool = False) -> GramFn:
     """Gram of the L2-normalized fingerprints (canonical order); zero vectors stay zero.
 
     ``F`` is an (n, d) array or a list of per-record vectors; a list is stacked one group at a
-    time (no batch-sized copy).
+    time (no batch-sized copy). ``center``: subtract the mean fingerprint of the rows asked for
+    (the clustering asks one prompt group at a time) before normalizing. Hidden states of a
+    small model at one token position share a large common direction, which puts every state of
+    a game within a tiny cosine radius of every other (SmolLM2-135M at layer -12: one cluster per
+    game at the card's eps 0.05, docs/results/alfworld.md); centring leaves the directions in
+    which the group's states differ.
     """
-    return _DenseGram(F)
+    return _DenseGram(F, center)
 
 
 class HashNgram:

@@ -48,13 +48,21 @@ def _action_key(default: str) -> Param:
     )
 
 
+CENTER = Param(
+    False,
+    "embedder='actor_hidden' only: subtract the prompt group's mean fingerprint before the cosine "
+    "(our addition, not the paper's: a small model's hidden states share one large direction; on "
+    "SmolLM2-135M the paper's rule made one cluster per ALFWorld game, docs/results/alfworld.md)",
+    "bool",
+)
 FIRST_N = Param(8, "N of the first_n action key (BiPACE Sec. 3.5: N=8)", "int", lo=1)
 COMBINER = {"gamma": GAMMA, "w": W, "norm": NORM, **episode_params()}
 """kwargs of every A_ep + w * A_step estimator of this module."""
 
 
 def _bigpo_params(embedder: str) -> dict[str, Param]:
-    return {**COMBINER, "embedder": _embedder(embedder), "eps": EPS, "ngram": NGRAM, "hash_dim": HASH_DIM}
+    return {**COMBINER, "embedder": _embedder(embedder), "eps": EPS, "center": CENTER, "ngram": NGRAM,
+            "hash_dim": HASH_DIM}
 
 
 def _pace_params(embedder: str, action_key: str) -> dict[str, Param]:
@@ -140,9 +148,10 @@ def _fingerprints(batch: Batch) -> list:
 
 
 def state_partition(
-    batch: Batch, embedder: str, eps: Any, ngram: int, hash_dim: int
+    batch: Batch, embedder: str, eps: Any, ngram: int, hash_dim: int, center: bool = False
 ) -> tuple[np.ndarray, dict]:
-    """BiGPO's partition C_p (BiPACE Eq. 3) for the chosen fingerprint."""
+    """BiGPO's partition C_p (BiPACE Eq. 3) for the chosen fingerprint (``center``: actor_hidden's
+    fingerprints centred in their prompt group, ``cluster.dense_gram``)."""
     if embedder == "obs_hash" and eps != "auto" and eps < 1.0 - TOL and ONEHOT_SHORTCUT:
         # On one-hot vectors Algorithm 1 provably returns the hash classes for any eps < 1 (other
         # hashes have cosine 0, a centroid of equal one-hots stays that one-hot); skip the loop.
@@ -155,7 +164,7 @@ def state_partition(
     elif embedder == "hash_ngram":
         gram = text_gram(batch.obs_id, batch.obs_strings, n=ngram, dim=hash_dim)
     else:
-        gram = dense_gram(_fingerprints(batch))
+        gram = dense_gram(_fingerprints(batch), center=center)
     if eps == "auto":
         eps, key = auto_eps(batch, gram)
     else:
@@ -178,12 +187,13 @@ def bigpo(
     norm: str,
     embedder: str,
     eps: Any,
+    center: bool,
     ngram: int,
     hash_dim: int,
     **ep: str,
 ) -> Out:
     """GiGPO's A_ep + w * A_step on BiGPO's cosine-cluster partition (BiPACE Sec. 3.4)."""
-    key, diag = state_partition(batch, embedder, eps, ngram, hash_dim)
+    key, diag = state_partition(batch, embedder, eps, ngram, hash_dim, center)
     adv, a_step, _ = _step_combiner(batch, gamma, w, norm, key, **ep)
     return adv, a_step, diag
 
@@ -196,13 +206,14 @@ def _pace(kind: str):
         norm: str,
         embedder: str,
         eps: Any,
+        center: bool,
         ngram: int,
         hash_dim: int,
         action_key: str,
         first_n: int,
         **ep: str,
     ) -> Out:
-        key, diag = state_partition(batch, embedder, eps, ngram, hash_dim)
+        key, diag = state_partition(batch, embedder, eps, ngram, hash_dim, center)
         if action_key == "first_n":
             akey = parts.action_key_first_n(batch, first_n)
         else:

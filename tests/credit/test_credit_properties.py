@@ -273,3 +273,37 @@ def test_bag_gram_is_cosine_of_summed_unit_pieces():
     G = bag_gram(pieces, texts)(np.arange(4))
     assert np.allclose(G, E @ E.T, atol=1e-5)
     assert np.allclose(np.diag(G), 1.0, atol=1e-5)
+
+
+def _common_direction_records():
+    """Two prompt groups whose fingerprints share one large direction (100 e0, as a small model's
+    hidden states at one token do) and differ by a unit offset per state: group g0 visits states
+    A, A, B, C, B, A (offsets e1, e2, e3), group g1 one state five times."""
+    e = np.eye(4)
+    offsets = {"A": e[1], "B": e[2], "C": e[3]}
+    recs = []
+    for i, s in enumerate("AABCBA"):
+        recs.append(dict(group_id="g0", traj_id=f"g0-{i}", t=0, obs=s, action="a", reward=float(i % 2), done=True,
+                         fingerprint=(100 * e[0] + offsets[s]).tolist()))
+    for i in range(5):
+        recs.append(dict(group_id="g1", traj_id=f"g1-{i}", t=0, obs="D", action="a", reward=float(i % 2), done=True,
+                         fingerprint=(100 * e[0] + 0.5 * e[2]).tolist()))
+    return recs
+
+
+def test_centred_fingerprints_separate_states_sharing_a_direction():
+    recs = _common_direction_records()
+    batch = Batch(recs)
+    F = np.asarray(batch.field("fingerprint"), dtype=np.float32)
+    # raw: A and B are 1 - 10000/10001 ~ 1e-4 apart, so eps 0.05 puts all of g0 in one cluster
+    raw = greedy_cosine_partition(batch, dense_gram(F), 0.05)
+    assert len(set(raw[:6])) == 1
+    # centred in g0 (mean 100 e0 + (3 e1 + 2 e2 + e3) / 6): A, B, C point apart (cosines < 0),
+    # each state's copies stay together; g1's one repeated state stays one cluster, not five
+    cen = greedy_cosine_partition(batch, dense_gram(F, center=True), 0.05)
+    g0 = cen[:6] - cen[:6].min()
+    assert g0.tolist() == [0, 0, 1, 2, 1, 0]
+    assert len(set(cen[6:])) == 1 and cen[6] not in set(cen[:6])
+    # through the estimator: the kwarg reaches the partition
+    assert compute("bipace_q", recs, eps=0.05).diagnostics["n_clusters"] == 2
+    assert compute("bipace_q", recs, eps=0.05, center=True).diagnostics["n_clusters"] == 4
