@@ -44,11 +44,13 @@ subcommands:
   advise    measure a run's task properties from its saved rollouts (state recurrence, invalid
             actions and their penalty, reward density, slips and aliased text where the records
             carry state keys) and rank the estimators by the truth factorial's nearest
-            conditions, with the evidence; `agentrl credit advise --help`."""
+            conditions, with the evidence; `agentrl credit advise --help`.
+  clusters  how BiGPO's cosine clustering partitions the saved fingerprints at several radii,
+            raw and centred in their group, against the state identity (pair precision, recall)"""
 
 
 CREDIT_SUBCOMMANDS = {"compare": None, "advise": "agentrl.truth.advise",
-                      "list": "agentrl.credit.compare:list_main"}
+                      "list": "agentrl.credit.compare:list_main", "clusters": "agentrl.credit.cluster_report"}
 """``agentrl credit`` subcommand -> its entry point (None: the ``credit`` command's own, compare)."""
 
 
