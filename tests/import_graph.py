@@ -43,10 +43,10 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
     ("envs", ("agentrl_envs",),
      "environments: their own installable package, importing nothing from agentrl"),
     ("base", ("agentrl$", "agentrl.records", "agentrl.recipe_file", "agentrl.recipe_keys", "agentrl.checkpoints",
-              "agentrl.runinfo", "agentrl.memory_meter",
+              "agentrl.runinfo", "agentrl.memory_meter", "agentrl.precision",
               "agentrl.models", "agentrl.cli_args", "agentrl.registry", "agentrl.plugins"),
-     "records, recipe files and keys, checkpoint folders, run metadata, model registry, flag spelling, plug-in "
-     "registries and plug-in modules"),
+     "records, recipe files and keys, checkpoint folders, run metadata, the CPU's bf16 test, model registry, flag "
+     "spelling, plug-in registries and plug-in modules"),
     ("credit", ("agentrl.credit", "agentrl.losses"),
      "credit estimators and policy losses: advantages from records, a loss from log-probs"),
     ("rollout", ("agentrl.rollout", "agentrl.sampling"),
@@ -62,7 +62,7 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
               "agentrl.sft", "agentrl.warm_start", "agentrl.evaluation", "agentrl.demo", "agentrl.demo_eval", "agentrl.demo_report", "agentrl.demo_goals", "agentrl.demo_alfworld", "agentrl.arena", "agentrl.arena_stats",
               "agentrl.report", "agentrl.show", "agentrl.truth", "agentrl.benchmarks", "agentrl.serve_openai", "agentrl.serve_engine",
               "agentrl.credit.__main__",
-              "agentrl.credit.compare"),
+              "agentrl.credit.compare", "agentrl.credit.cluster_report"),
      "commands: import the library, never imported by it"),
 ]
 

@@ -72,6 +72,7 @@ def scratch(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("readme")  # in order on one worker: a later command reads an earlier one's run folder
 @pytest.mark.parametrize("cmd", list(RUNS))
 def test_readme_command_runs_as_written(cmd, scratch):
     code, needle = RUNS[cmd]

@@ -15,7 +15,6 @@ measures the prompt, not the clustering.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -101,26 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps", default=None, help="comma-separated radii (default: " + ",".join(map(str, RADII)) + ")")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the tables")
     args = ap.parse_args(argv)
-    from .compare import load_rollouts
+    from .compare import rollouts_command
 
     try:
         radii = RADII if args.eps is None else tuple(float(x) for x in args.eps.split(","))
-        if not all(0.0 <= e <= 2.0 for e in radii):
-            raise ValueError(f"--eps values must be cosine distances in [0, 2], got {args.eps}")
-        records = load_rollouts(args.rollouts)
-        if not records:
-            raise ValueError(f"{args.rollouts}: no step records")
-        out = report(records, radii)
-    except (OSError, ValueError) as e:
-        print(f"agentrl credit clusters: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+    except ValueError:
+        radii = ()
+    if not radii or not all(0.0 <= e <= 2.0 for e in radii):
+        print(f"agentrl credit clusters: error: --eps values must be cosine distances in [0, 2], got {args.eps}",
               file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(out))
-    else:
-        _print(out, args.rollouts)
-    return 0
-
+    return rollouts_command("agentrl credit clusters", args.rollouts, lambda recs: report(recs, radii), _print,
+                            args.json)
 
 if __name__ == "__main__":
     sys.exit(main())

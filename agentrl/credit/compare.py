@@ -392,6 +392,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def rollouts_command(prog: str, path: str, compute, show, as_json: bool) -> int:
+    """The body of a command over saved rollouts (``credit clusters``, ``credit advise``): load
+    them, ``compute(records)``, print one JSON object or ``show(out, path)``; a bad path, file or
+    record is one line on stderr and exit code 2."""
+    try:
+        records = load_rollouts(path)
+        if not records:
+            raise ValueError(f"{path}: no step records")
+        out = compute(records)
+    except (OSError, ValueError) as e:
+        print(f"{prog}: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+    if as_json:
+        print(json.dumps(out))
+    else:
+        show(out, path)
+    return 0
+
+
 def list_main(argv: list[str] | None = None) -> int:
     """``agentrl credit list [--records step|collab|all] [--json]``: every registered estimator,
     what it implements and its kwargs with their defaults (plug-ins too, with --env-modules)."""

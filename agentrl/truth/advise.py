@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -303,7 +302,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from ..credit.compare import load_rollouts
+    from ..credit.compare import rollouts_command
 
     if not Path(args.rollouts).exists():
         print(f"agentrl credit advise: {args.rollouts}: no such file or folder", file=sys.stderr)
@@ -311,19 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.nearest < 1:
         print("agentrl credit advise: --nearest must be >= 1", file=sys.stderr)
         return 2
-    try:
-        records = load_rollouts(args.rollouts)
-        if not records:
-            raise ValueError(f"{args.rollouts}: no step records")
-        out = advise(records, args.nearest)
-    except ValueError as e:
-        print(f"agentrl credit advise: {e}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(out))
-    else:
-        _print(out, args.rollouts)
-    return 0
+    return rollouts_command("agentrl credit advise", args.rollouts, lambda recs: advise(recs, args.nearest), _print,
+                            args.json)
 
 
 if __name__ == "__main__":
