@@ -311,7 +311,7 @@ def test_the_recipes_own_estimator_keeps_its_kwargs():
     from agentrl.config import load_recipe
 
     cfg = load_recipe("recipes/demo_alfworld.yaml", [])
-    recipe_kw = {"action_key": "action_tag", "eps": 0.05, "w": 1.0, "episode_stats": "steps",
+    recipe_kw = {"action_key": "action_tag", "eps": 0.05, "center": True, "w": 1.0, "episode_stats": "steps",
                  "episode_singleton": "raw", "penalty": "step", "norm": "mean"}
     assert (cfg.credit, cfg.credit_kwargs) == ("bipace_q", recipe_kw)
     got = {c.label: dict(c.kwargs) for c in with_recipe_kwargs(
