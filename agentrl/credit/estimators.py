@@ -152,6 +152,8 @@ def state_partition(
 ) -> tuple[np.ndarray, dict]:
     """BiGPO's partition C_p (BiPACE Eq. 3) for the chosen fingerprint (``center``: actor_hidden's
     fingerprints centred in their prompt group, ``cluster.dense_gram``)."""
+    if center and embedder != "actor_hidden":
+        raise ValueError(f"center=True centres actor_hidden fingerprints only; embedder is {embedder!r}")
     if embedder == "obs_hash" and eps != "auto" and eps < 1.0 - TOL and ONEHOT_SHORTCUT:
         # On one-hot vectors Algorithm 1 provably returns the hash classes for any eps < 1 (other
         # hashes have cosine 0, a centroid of equal one-hots stays that one-hot); skip the loop.

@@ -307,3 +307,5 @@ def test_centred_fingerprints_separate_states_sharing_a_direction():
     # through the estimator: the kwarg reaches the partition
     assert compute("bipace_q", recs, eps=0.05).diagnostics["n_clusters"] == 2
     assert compute("bipace_q", recs, eps=0.05, center=True).diagnostics["n_clusters"] == 4
+    with pytest.raises(ValueError, match="actor_hidden fingerprints only"):  # not silently ignored
+        compute("bigpo", recs, embedder="hash_ngram", center=True)
