@@ -299,6 +299,26 @@ def _chunk_cluster(
     return [lab[gi, : sizes[gi]] for gi in range(ng)]
 
 
+def group_bounds(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the prompt groups' runs of records in canonical order."""
+    starts = np.flatnonzero(np.r_[True, batch.group[1:] != batch.group[:-1]]) if batch.n else np.zeros(0, np.int64)
+    return starts, np.r_[starts[1:], batch.n].astype(np.int64)
+
+
+def memo_gram(gram: GramFn) -> GramFn:
+    """``gram`` computing each group's Gram once (for callers that cluster the same groups at
+    several radii; the Grams are held meanwhile: sum of squared group sizes, float32)."""
+    memo: dict[tuple[int, int], np.ndarray] = {}
+
+    def cached(pos: np.ndarray) -> np.ndarray:
+        key = (int(pos[0]), len(pos))
+        if key not in memo:
+            memo[key] = gram(pos)
+        return memo[key]
+
+    return cached
+
+
 def greedy_cosine_partition(batch: Batch, gram: GramFn, eps: float, update: bool = True) -> np.ndarray:
     """Cluster ids (global, canonical order) from Algorithm 1 run per prompt group.
 
@@ -308,8 +328,7 @@ def greedy_cosine_partition(batch: Batch, gram: GramFn, eps: float, update: bool
     n = batch.n
     if n == 0:
         return np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.r_[True, batch.group[1:] != batch.group[:-1]])
-    ends = np.r_[starts[1:], n]
+    starts, ends = group_bounds(batch)
     sizes = ends - starts
     by_size = np.argsort(-sizes, kind="stable")
     local = np.empty(n, dtype=np.int64)
@@ -349,15 +368,7 @@ def auto_eps(
     At most ``probes`` probe values; returns the first eps whose median lands in the target
     range, else the last probe.
     """
-    # every probe clusters the same groups: compute each group's Gram once (the Grams of a
-    # batch are held in memory meanwhile: sum of squared group sizes, float32)
-    memo: dict[tuple[int, int], np.ndarray] = {}
-
-    def cached(pos: np.ndarray) -> np.ndarray:
-        key = (int(pos[0]), len(pos))
-        if key not in memo:
-            memo[key] = gram(pos)
-        return memo[key]
+    cached = memo_gram(gram)  # every probe clusters the same groups
 
     eps, labels = lo, None
     for _ in range(probes):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .batch import Batch
-from .cluster import dense_gram, greedy_cosine_partition
+from .cluster import dense_gram, greedy_cosine_partition, group_bounds, memo_gram
 
 RADII = (0.4, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001)
 """Default radii (cosine distance): App. F's search range [0.02, 0.40] and the smaller ones a
@@ -29,8 +29,8 @@ small model's uncentred fingerprints need."""
 
 
 def _group_bounds(batch: Batch) -> list[tuple[int, int]]:
-    starts = np.flatnonzero(np.r_[True, batch.group[1:] != batch.group[:-1]])
-    return list(zip(starts.tolist(), np.r_[starts[1:], batch.n].tolist(), strict=True))
+    starts, ends = group_bounds(batch)
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
 def pair_scores(labels: np.ndarray, truth: np.ndarray, bounds: list[tuple[int, int]]) -> tuple[float, float]:
@@ -47,9 +47,8 @@ def pair_scores(labels: np.ndarray, truth: np.ndarray, bounds: list[tuple[int, i
     return (tp / pos if pos else 1.0), (tp / real if real else 1.0)
 
 
-def distances(F: np.ndarray, bounds: list[tuple[int, int]], center: bool) -> np.ndarray:
+def distances(gram, bounds: list[tuple[int, int]]) -> np.ndarray:
     """Cosine distances of every pair inside each group (the clustering's own Gram)."""
-    gram = dense_gram(F, center=center)
     out = [1.0 - gram(np.arange(s, e))[np.triu_indices(e - s, 1)] for s, e in bounds]
     return np.concatenate(out) if out else np.zeros(0)
 
@@ -68,10 +67,11 @@ def report(records: list[dict[str, Any]], radii=RADII) -> dict[str, Any]:
     out: dict[str, Any] = {"records": batch.n, "groups": len(bounds), "state_classes": len(classes),
                            "state_key": "state_key" if any(r.get("state_key") for r in records) else "observation"}
     for name, center in (("raw", False), ("centred", True)):
-        d = distances(F, bounds, center)
+        gram = memo_gram(dense_gram(F, center=center))  # each group's Gram once for every radius
+        d = distances(gram, bounds)
         rows = []
         for eps in radii:
-            lab = greedy_cosine_partition(batch, dense_gram(F, center=center), eps)
+            lab = greedy_cosine_partition(batch, gram, eps)
             p, r = pair_scores(lab, truth, bounds)
             rows.append({"eps": eps, "clusters": int(lab.max()) + 1 if len(lab) else 0,
                          "median_size": float(np.median(np.bincount(lab))) if len(lab) else 0.0,
