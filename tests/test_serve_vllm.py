@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -124,6 +125,16 @@ def test_tokens_stream_while_vllm_generates(vllm_chat):
     assert "".join(d.text for d in rest) == alone.text and vllm_chat.engine.engine.unfinished() == 0
 
 
+def _wait(done, seconds: float = 60.0) -> bool:
+    """Poll ``done`` every 10 ms for up to ``seconds``; whether it came true."""
+    end = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > end:
+            return False
+        threading.Event().wait(0.01)
+    return True
+
+
 @pytest.mark.slow
 @needs_vllm
 def test_n_choices_seeded_sampling_and_a_stop_string(url, vllm_chat):
@@ -142,18 +153,15 @@ def test_n_choices_seeded_sampling_and_a_stop_string(url, vllm_chat):
     assert c["message"]["content"] == whole[:whole.find(stop)] and c["finish_reason"] == "stop"
     assert _text(_stream(url, temperature=0, max_tokens=16, stop=stop)) == whole[:whole.find(stop)]
     # a reply cut by its stop string early is not generated on to max_tokens: the engine aborts it
-    # (once the streamed reply above is done in the engine: its abort would count otherwise)
-    for _ in range(500):
-        if vllm_chat.engine.engine.unfinished() == 0:
-            break
-        threading.Event().wait(0.01)
-    aborted = vllm_chat.engine.aborted
+    # (once the streamed reply above is done in the engine: its abort would count otherwise; on a
+    # loaded machine that took over 5 s in CI, so wait up to a minute and say so if not)
+    engine = vllm_chat.engine
+    assert _wait(lambda: engine.engine.unfinished() == 0), "the streamed reply is still in the engine"
+    aborted = engine.aborted
     c = _post(url, temperature=0, max_tokens=300, stop=[stop])["choices"][0]
     assert c["message"]["content"] == whole[:whole.find(stop)]
-    for _ in range(200):  # the engine's thread aborts it at its next round (every 50 ms)
-        if vllm_chat.engine.aborted > aborted:
-            break
-        threading.Event().wait(0.01)
+    # the engine's thread aborts it at its next round (every 50 ms)
+    _wait(lambda: engine.aborted > aborted and engine.engine.unfinished() == 0)
     assert vllm_chat.engine.aborted == aborted + 1 and vllm_chat.engine.engine.unfinished() == 0
 
 

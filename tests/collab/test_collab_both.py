@@ -90,11 +90,15 @@ def test_both_roles_train_every_rollout_each_on_its_own_rows(tmp_path, collab_mo
         assert len(prompts) == 8 and all(f"You are the {policy.capitalize()}" in p for p in prompts), policy
     # each policy equals its own copy trained on its own rows only
     _replay(tr, loss_fn, refs, seen, [h["learning_rate"] for h in logged])
+    # 1e-5 under LoRA: lora_A's gradients are tiny while lora_B is near 0 and Adam scales them to
+    # full-size steps, so the replay's float rounding shows (1.05e-6 in CI); each copy replayed on
+    # the other role's rows is 5.6e-3 off (measured)
+    tol = 1e-5 if policies == "lora" else 1e-6
     for name, m in refs.items():
         want = {n: p for n, p in m.named_parameters() if p.requires_grad}
         with tr.algorithm.policies.use_policy(name):
             for n, p in tr.algorithm.policies.swaps.params:
-                assert torch.allclose(p, want[n], rtol=0, atol=1e-6), (name, n, (p - want[n]).abs().max())
+                assert torch.allclose(p, want[n], rtol=0, atol=tol), (name, n, (p - want[n]).abs().max())
 
 
 @pytest.mark.parametrize("policies", ["full", "lora"])
