@@ -179,8 +179,7 @@ def test_concurrent_requests_are_batched_into_one_call(url, vllm_chat):
 
     first = threading.Thread(target=ask, args=(-1,), kwargs=dict(temperature=0, max_tokens=400))
     first.start()
-    while len(vllm_chat.engine.batches) == before and not vllm_chat.engine.busy:
-        threading.Event().wait(0.01)
+    assert _wait(lambda: len(vllm_chat.engine.batches) > before or vllm_chat.engine.busy), "the long reply never started"
     others = [threading.Thread(target=ask, args=(k,), kwargs=dict(messages=p, temperature=0, max_tokens=8))
               for k, p in enumerate(prompts)]
     for t in others:
@@ -259,8 +258,7 @@ def test_batched_replies_are_the_engines_and_concurrent_ones_share_a_call(batche
     out: dict[int, str] = {}
     long = threading.Thread(target=lambda: out.setdefault(-1, ask(temperature=0, max_tokens=300).text))
     long.start()
-    while len(batched.engine.batches) == before and not batched.engine.busy:
-        threading.Event().wait(0.01)
+    assert _wait(lambda: len(batched.engine.batches) > before or batched.engine.busy), "the long reply never started"
     others = [threading.Thread(target=lambda k=k, p=p: out.setdefault(k, ask(p, temperature=0, max_tokens=8).text))
               for k, p in enumerate(prompts)]
     for t in others:

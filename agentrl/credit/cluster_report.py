@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .batch import Batch
-from .cluster import dense_gram, greedy_cosine_partition, group_bounds, memo_gram
+from .cluster import GramFn, dense_gram, greedy_cosine_partition, group_bounds, memo_gram
 
 RADII = (0.4, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001)
 """Default radii (cosine distance): App. F's search range [0.02, 0.40] and the smaller ones a
@@ -47,7 +47,7 @@ def pair_scores(labels: np.ndarray, truth: np.ndarray, bounds: list[tuple[int, i
     return (tp / pos if pos else 1.0), (tp / real if real else 1.0)
 
 
-def distances(gram, bounds: list[tuple[int, int]]) -> np.ndarray:
+def distances(gram: GramFn, bounds: list[tuple[int, int]]) -> np.ndarray:
     """Cosine distances of every pair inside each group (the clustering's own Gram)."""
     out = [1.0 - gram(np.arange(s, e))[np.triu_indices(e - s, 1)] for s, e in bounds]
     return np.concatenate(out) if out else np.zeros(0)
@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return rollouts_command("agentrl credit clusters", args.rollouts, lambda recs: report(recs, radii), _print,
                             args.json)
+
 
 if __name__ == "__main__":
     sys.exit(main())
