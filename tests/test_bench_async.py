@@ -100,3 +100,20 @@ def test_practised_file_passes_a_game_sets_env_kwargs(tmp_path):
     games = tmp_path / "alfworld.json"
     games.write_text('{"goals": [0, 13], "env_kwargs": {"prompt_style": "brief", "data_dir": "/g"}}')
     assert practised_file(games) == ([0, 13], ["--env_kwargs", '{"prompt_style": "brief", "data_dir": "/g"}'])
+
+
+def test_the_bench_drops_emulated_bf16_as_the_demos_do(monkeypatch):
+    """The SmolLM2 and ALFWorld recipes ask for bf16; where this CPU emulates it (~25x slower) the
+    bench times the RL phase in fp32, as the demos run it; where native it keeps the recipe's."""
+    from pathlib import Path
+
+    from agentrl import precision
+    from agentrl.benchmarks.asynchronous import precision_args
+
+    recipes = Path(__file__).resolve().parents[1] / "recipes"
+    monkeypatch.setattr(precision, "cpu_bf16_native", lambda: False)
+    assert precision_args(recipes / "demo_smollm2.yaml") == ["--bf16", "false"]
+    assert precision_args(recipes / "demo_alfworld.yaml") == ["--bf16", "false"]
+    assert precision_args(recipes / "demo_tiny.yaml") == []  # fp32 already
+    monkeypatch.setattr(precision, "cpu_bf16_native", lambda: True)
+    assert precision_args(recipes / "demo_smollm2.yaml") == []

@@ -141,6 +141,19 @@ def paired_summary(by_seed: dict[int, list[dict]], reference: str | None) -> lis
 ENGINES = ("hf", "vllm")
 
 
+def precision_args(recipe: Path) -> list[str]:
+    """``--bf16 false`` where ``recipe`` asks for bf16 and this CPU only emulates it (about 25x
+    slower, ``agentrl.precision``): the bench times the RL phase as the demos run it, and they
+    drop emulated bf16 (``agentrl.demo``); else nothing."""
+    import torch
+
+    from agentrl.precision import cpu_bf16_native
+    from agentrl.recipe_file import read_recipe_file
+
+    asks = bool(read_recipe_file(recipe).get("bf16"))
+    return ["--bf16", "false"] if asks and not torch.cuda.is_available() and not cpu_bf16_native() else []
+
+
 def engine_list(engines: str) -> list[str]:
     """``--engine``'s engines in order (``hf``, ``vllm`` or both); a ValueError names a bad one."""
     names = engines.split(",")
@@ -303,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         sft, goals = _warm(work / "warm")
     if a.families and not a.goals:
         goals = mixed_goals(a.families.split(","))
+    common += precision_args(recipe)
     by_seed = {}
     for seed in seeds:
         seeded = [*common, "--seed", str(seed)]
@@ -323,12 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     reference = next((run_name(m, k, e if tag else None) for m, k, e in runs if m == "lockstep"), None)
     summary = paired_summary(by_seed, reference) if len(seeds) > 1 else []
     if a.json:
-        print(json.dumps({"runs": [r for rows in by_seed.values() for r in rows], "summary": summary}, indent=1))
+        print(json.dumps({"runs": [r for rows in by_seed.values() for r in rows], "summary": summary,
+                          "bf16_dropped": "--bf16" in common}, indent=1))
         return 0
     if summary:
         _print_summary(summary, reference)
     print(f"({a.steps} steps per run, medians after the first; {len(goals)} practised goals; engine {a.engine}"
-          f"{'; families ' + a.families if a.families else ''}; seeds {a.seeds}; runs in {work})")
+          f"{'; families ' + a.families if a.families else ''}; seeds {a.seeds}"
+          f"{'; fp32: the recipe bf16 is emulated on this CPU' if '--bf16' in common else ''}; runs in {work})")
     return 0
 
 
