@@ -286,6 +286,19 @@ def _check_contender(cfg) -> None:
         _check_fingerprint_layer(cfg.model_name_or_path, cfg.fingerprint_layer)
 
 
+def fp32_where_bf16_emulated(cfg, sets: list[str]) -> list[str]:
+    """``--bf16 false`` for every run, with a line saying so, where the recipe asks for bf16 on a
+    CPU that only emulates it (about 25x slower: ``agentrl.precision``), as the demos whose warm
+    starts the arena races from do; ``--set bf16=...`` decides instead when given."""
+    from agentrl.precision import emulated_bf16
+
+    if any(s.partition("=")[0] == "bf16" for s in sets) or not emulated_bf16(bool(cfg.bf16), bool(cfg.use_cpu)):
+        return []
+    print("[arena] bf16 is emulated on this CPU (no AVX512-BF16 or AMX): every run trains in fp32 "
+          "(--set bf16=true keeps it)", flush=True)
+    return ["--bf16", "false"]
+
+
 def _read_practised(path: str) -> dict[str, Any]:
     """The goals to race on and their evaluation seeds, as ``agentrl.demo --warm-only`` wrote them."""
     try:
@@ -376,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 extra += ["--env_kwargs", json.dumps(practised["env_kwargs"])]
         overrides = list(extra) + (["--model_name_or_path", args.warm_start] if args.warm_start else [])
         cfg = load_recipe(args.recipe, overrides)
+        extra += fp32_where_bf16_emulated(cfg, args.set)
         contenders = with_recipe_kwargs(contenders, cfg.credit, dict(cfg.credit_kwargs or {}))
         for c in contenders:  # every contender's recipe is checked before any run starts
             _check_contender(load_recipe(args.recipe, overrides + [

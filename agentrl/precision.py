@@ -3,8 +3,9 @@
 bf16 autocast on a CPU without AVX512-BF16 or AMX is emulated: SmolLM2-135M's forward and
 backward (2 x 160 tokens, 2 threads) took 65 s under it against 2.4 s in fp32 on a 2-core AMD
 EPYC with AVX2 only, while CPUs with AMX run the same step about twice as fast in bf16 as in
-fp32. The demo designs that ask for bf16 take it only where it is native; a recipe run on the CPU
-with ``bf16: true`` where it is not gets one warning line.
+fp32. The demo designs that ask for bf16 take it only where it is native, and so do the runs of
+``agentrl arena`` and ``agentrl bench async`` (they time and race the demos' RL phases); a recipe
+run on the CPU with ``bf16: true`` where it is not gets one warning line.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ def cpu_bf16_native() -> bool:
         return False
 
 
+def emulated_bf16(bf16: bool, on_cpu: bool) -> bool:
+    """Whether a run that asks for ``bf16`` on the CPU (``on_cpu``) would get it emulated."""
+    return bool(bf16 and on_cpu) and not cpu_bf16_native()
+
+
 def emulated_bf16_warning(bf16: bool, on_cpu: bool) -> str | None:
     """The line to print when a run asks for bf16 on a CPU that only emulates it, else None."""
-    if not (bf16 and on_cpu) or cpu_bf16_native():
+    if not emulated_bf16(bf16, on_cpu):
         return None
     return ("warning: bf16 is emulated on this CPU (no AVX512-BF16 or AMX): expect steps ~25x slower "
             "than fp32 (measured on SmolLM2-135M); set bf16: false to train in fp32")

@@ -348,3 +348,27 @@ def test_the_visit_table_is_in_arena_md():
     results = [run("grpo", 0, {"t0": [0.0, 0.5], "t1": [0.5, 1.0]}), run("gigpo", 0, {})]
     md = markdown(summarize(results, warm, ["grpo", "gigpo"], [0], "grpo", 60.0, 2))
     assert "| grpo | 25.0 -> 75.0 | +50.0 (0.0) | 2 |" in md and "| gigpo | 25.0" not in md
+
+
+def test_the_arena_races_in_fp32_where_bf16_is_emulated(monkeypatch, capsys):
+    """The ALFWorld recipe asks for bf16: on a CPU that emulates it every run gets ``--bf16 false``
+    and one line says so; ``--set bf16=...`` decides instead; a native CPU keeps the recipe's."""
+    from types import SimpleNamespace
+
+    from agentrl import precision
+    from agentrl.arena import fp32_where_bf16_emulated
+    from agentrl.config import load_recipe
+
+    cfg = load_recipe("recipes/demo_alfworld.yaml", [])
+    assert cfg.bf16 and cfg.use_cpu
+    capsys.readouterr()  # the recipe loader's own lines
+    monkeypatch.setattr(precision, "cpu_bf16_native", lambda: False)
+    assert fp32_where_bf16_emulated(cfg, []) == ["--bf16", "false"]
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and "fp32" in said[0]
+    assert fp32_where_bf16_emulated(cfg, ["bf16=true"]) == []
+    assert fp32_where_bf16_emulated(cfg, ["learning_rate=1e-4"]) == ["--bf16", "false"]
+    assert fp32_where_bf16_emulated(SimpleNamespace(bf16=False, use_cpu=True), []) == []  # fp32 asked
+    assert fp32_where_bf16_emulated(SimpleNamespace(bf16=True, use_cpu=False), []) == []  # on a GPU
+    monkeypatch.setattr(precision, "cpu_bf16_native", lambda: True)
+    assert fp32_where_bf16_emulated(cfg, []) == []

@@ -142,16 +142,14 @@ ENGINES = ("hf", "vllm")
 
 
 def precision_args(recipe: Path) -> list[str]:
-    """``--bf16 false`` where ``recipe`` asks for bf16 and this CPU only emulates it (about 25x
+    """``--bf16 false`` where ``recipe`` asks for bf16 on a CPU that only emulates it (about 25x
     slower, ``agentrl.precision``): the bench times the RL phase as the demos run it, and they
     drop emulated bf16 (``agentrl.demo``); else nothing."""
-    import torch
-
-    from agentrl.precision import cpu_bf16_native
+    from agentrl.precision import emulated_bf16
     from agentrl.recipe_file import read_recipe_file
 
-    asks = bool(read_recipe_file(recipe).get("bf16"))
-    return ["--bf16", "false"] if asks and not torch.cuda.is_available() and not cpu_bf16_native() else []
+    data = read_recipe_file(recipe)
+    return ["--bf16", "false"] if emulated_bf16(bool(data.get("bf16")), bool(data.get("use_cpu"))) else []
 
 
 def engine_list(engines: str) -> list[str]:
