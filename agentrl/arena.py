@@ -290,13 +290,14 @@ def fp32_where_bf16_emulated(cfg, sets: list[str]) -> list[str]:
     """``--bf16 false`` for every run, with a line saying so, where the recipe asks for bf16 on a
     CPU that only emulates it (about 25x slower: ``agentrl.precision``), as the demos whose warm
     starts the arena races from do; ``--set bf16=...`` decides instead when given."""
-    from agentrl.precision import emulated_bf16
+    from agentrl.precision import fp32_args
 
-    if any(s.partition("=")[0] == "bf16" for s in sets) or not emulated_bf16(bool(cfg.bf16), bool(cfg.use_cpu)):
+    if any(s.partition("=")[0] == "bf16" for s in sets):
         return []
-    print("[arena] bf16 is emulated on this CPU (no AVX512-BF16 or AMX): every run trains in fp32 "
-          "(--set bf16=true keeps it)", flush=True)
-    return ["--bf16", "false"]
+    if flags := fp32_args(bool(cfg.bf16), bool(cfg.use_cpu)):
+        print("[arena] bf16 is emulated on this CPU (no AVX512-BF16 or AMX): every run trains in fp32 "
+              "(--set bf16=true keeps it)", flush=True)
+    return flags
 
 
 def _read_practised(path: str) -> dict[str, Any]:

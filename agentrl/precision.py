@@ -29,6 +29,12 @@ def emulated_bf16(bf16: bool, on_cpu: bool) -> bool:
     return bool(bf16 and on_cpu) and not cpu_bf16_native()
 
 
+def fp32_args(bf16: bool, on_cpu: bool) -> list[str]:
+    """The ``agentrl.train`` flags that run a recipe asking for emulated bf16 in fp32 (``--bf16
+    false``), else none: what ``agentrl arena`` and ``agentrl bench async`` add to every run."""
+    return ["--bf16", "false"] if emulated_bf16(bf16, on_cpu) else []
+
+
 def emulated_bf16_warning(bf16: bool, on_cpu: bool) -> str | None:
     """The line to print when a run asks for bf16 on a CPU that only emulates it, else None."""
     if not emulated_bf16(bf16, on_cpu):

@@ -22,6 +22,14 @@ def test_warning_only_for_bf16_on_a_cpu_that_emulates_it(monkeypatch):
     assert precision.emulated_bf16_warning(True, True) is None
 
 
+def test_fp32_flags_only_where_bf16_would_be_emulated(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_bf16_native", lambda: False)
+    assert precision.fp32_args(True, True) == ["--bf16", "false"]
+    assert precision.fp32_args(False, True) == [] and precision.fp32_args(True, False) == []
+    monkeypatch.setattr(precision, "cpu_bf16_native", lambda: True)
+    assert precision.fp32_args(True, True) == []
+
+
 def test_demo_design_drops_emulated_bf16_and_rl_runs_fp32(monkeypatch):
     from agentrl import demo
 

@@ -145,11 +145,11 @@ def precision_args(recipe: Path) -> list[str]:
     """``--bf16 false`` where ``recipe`` asks for bf16 on a CPU that only emulates it (about 25x
     slower, ``agentrl.precision``): the bench times the RL phase as the demos run it, and they
     drop emulated bf16 (``agentrl.demo``); else nothing."""
-    from agentrl.precision import emulated_bf16
+    from agentrl.precision import fp32_args
     from agentrl.recipe_file import read_recipe_file
 
     data = read_recipe_file(recipe)
-    return ["--bf16", "false"] if emulated_bf16(bool(data.get("bf16")), bool(data.get("use_cpu"))) else []
+    return fp32_args(bool(data.get("bf16")), bool(data.get("use_cpu")))
 
 
 def engine_list(engines: str) -> list[str]:
@@ -314,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         sft, goals = _warm(work / "warm")
     if a.families and not a.goals:
         goals = mixed_goals(a.families.split(","))
-    common += precision_args(recipe)
+    fp32 = precision_args(recipe)
+    common += fp32
     by_seed = {}
     for seed in seeds:
         seeded = [*common, "--seed", str(seed)]
@@ -336,13 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     summary = paired_summary(by_seed, reference) if len(seeds) > 1 else []
     if a.json:
         print(json.dumps({"runs": [r for rows in by_seed.values() for r in rows], "summary": summary,
-                          "bf16_dropped": "--bf16" in common}, indent=1))
+                          "bf16_dropped": bool(fp32)}, indent=1))
         return 0
     if summary:
         _print_summary(summary, reference)
     print(f"({a.steps} steps per run, medians after the first; {len(goals)} practised goals; engine {a.engine}"
           f"{'; families ' + a.families if a.families else ''}; seeds {a.seeds}"
-          f"{'; fp32: the recipe bf16 is emulated on this CPU' if '--bf16' in common else ''}; runs in {work})")
+          f"{'; fp32: the recipe bf16 is emulated on this CPU' if fp32 else ''}; runs in {work})")
     return 0
 
 
