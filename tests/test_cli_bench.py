@@ -107,7 +107,6 @@ def test_gpu_plan_is_checked(capsys):
     assert "\n" not in err and "bad --plan entry '1.5b:fsdp:3'" in err
 
 
-
 def test_gpu_check_adds_trls_colocated_vllm_where_it_imports():
     from agentrl.benchmarks.gpu import (
         DEFAULT_PLAN,
@@ -115,12 +114,12 @@ def test_gpu_check_adds_trls_colocated_vllm_where_it_imports():
         markdown,
         overrides,
         parse_plan,
-        vllm_imports,
     )
+    from agentrl.sampling.vllm_engine import vllm_in_process
 
     assert default_plan(False) == DEFAULT_PLAN
     assert parse_plan(default_plan(True))[-1] == ("1.5b", "vllm", 3)
-    assert not vllm_imports()  # vLLM's CPU build lives in .venv-vllm, never in agentrl's venv
+    assert not vllm_in_process()  # vLLM's CPU build lives in .venv-vllm, never in agentrl's venv
 
     def keys(mode, cuda):
         ov = overrides("1.5b", mode, 3, Path("model"), Path("out"), False, cuda)
@@ -135,6 +134,7 @@ def test_gpu_check_adds_trls_colocated_vllm_where_it_imports():
     assert "vLLM: not installed here (`--plan 1.5b:vllm:3`" in md
     md = markdown({"facts": dict(facts, vllm="0.31.0"), "full_shape": False, "runs": [], "cuda": False, "date": "2026-12-06"}, "x")
     assert "vLLM: 0.31.0 installed, not in this plan" in md
+
 
 @pytest.mark.slow
 def test_gpu_check_runs_the_card_recipe_at_tiny_size_on_cpu(tmp_path):

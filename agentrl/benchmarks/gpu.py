@@ -244,12 +244,6 @@ def default_plan(vllm_imports: bool) -> str:
     return DEFAULT_PLAN + ("," + VLLM_RUN if vllm_imports else "")
 
 
-def vllm_imports() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
 def parse_plan(plan: str) -> list[tuple[str, str, int]]:
     """'BODY:MODE:STEPS,...' -> runs; ValueError (one line) on a bad entry."""
     runs = []
@@ -376,8 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the report as JSON here")
     ap.add_argument("--runs", default="runs/gpu", help="folder of the runs' output (default runs/gpu)")
     a = ap.parse_args(argv)
+    from agentrl.sampling.vllm_engine import vllm_in_process
+
     try:
-        plan = parse_plan(a.plan or (TINY_PLAN if a.tiny else default_plan(vllm_imports())))
+        plan = parse_plan(a.plan or (TINY_PLAN if a.tiny else default_plan(vllm_in_process())))
     except ValueError as e:
         print(f"agentrl bench gpu: error: {e}", file=sys.stderr)
         return 2
