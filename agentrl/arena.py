@@ -12,7 +12,7 @@ so estimators are compared *paired* over tasks and seeds. Runs go to ``N`` worke
 its own log, and the arena is resumable: a finished run is skipped, a killed one resumes from
 its last checkpoint, an evaluated checkpoint is not evaluated again.
 
-Output in ``DIR``: ``arena.md`` (one row per estimator), ``arena.json`` (every number),
+Output in ``DIR``: ``arena.md`` (one row per estimator, then one per run), ``arena.json`` (every number),
 ``curves.png`` (held-out success, mean and a +-1 s.e. band over seeds) and
 ``steps_to_threshold.png``. The statistics are in :mod:`agentrl.arena_stats`.
 """

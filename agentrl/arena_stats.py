@@ -154,6 +154,7 @@ def summarize(results: list[dict[str, Any]], warm: dict[str, Any], labels: list[
         row = estimator_row(by[lab], base_runs, warm, threshold, last_step)
         row["curves"] = {r["seed"]: _curve(r, warm) for r in by[lab]}
         row["visits"] = visit_gain([r["visits"] for r in by[lab] if r.get("visits")])
+        row["per_run"] = {r["seed"]: visit_gain([r["visits"]]) if r.get("visits") else None for r in by[lab]}
         rows[lab] = row
     verdicts(rows, baseline)
     return {"estimators": rows, "baseline": baseline, "threshold": threshold, "seeds": seeds,
@@ -206,6 +207,7 @@ def markdown(summary: dict[str, Any]) -> str:
         for lab, v in visits.items():
             lines.append(f"| {lab} | {' -> '.join(f'{x:.1f}' for x in v['per_visit'])} | "
                          f"{v['gain']:+.1f} ({v['gain_se']:.1f}) | {v['pairs']} |")
+    lines += _per_run_lines(summary)
     m = len(summary["estimators"]) - 1
     lines += ["", f"Verdicts compare each estimator with the baseline, paired by seed: `better`/`worse` when the "
               f"two-sided p-value, Holm-adjusted over the {m} estimators compared (final success and AUC each one "
@@ -213,6 +215,24 @@ def markdown(summary: dict[str, Any]) -> str:
               "p: Student's t over seeds (n - 1 degrees of freedom); with one seed, the final's p is normal over "
               "(seed, task) pairs and AUC has none (`n/a`). AUC: mean success over steps 0..budget (trapezoid)."]
     return "\n".join(lines) + "\n"
+
+
+def _per_run_lines(summary: dict[str, Any]) -> list[str]:
+    """Each run's curve (the evaluation at every checkpoint, step 0 the warm start) and, where its
+    rollouts were saved, its training episodes' success per visit with last minus first paired over
+    its tasks: the curves in numbers, and which seed carries an estimator's mean."""
+    lines = ["", "Per run: success (%) at each evaluated step (0 is the warm start); the training episodes' "
+             "success at each visit, mean over tasks, and last minus first visit (s.e. over tasks):", "",
+             "| estimator | seed | evaluated, by step | training episodes, by visit | last - first visit (s.e.) |",
+             "|---|---|---|---|---|"]
+    for lab, r in summary["estimators"].items():
+        for seed, curve in r["curves"].items():
+            pts = " / ".join(f"{s}: {x:.1f}" for s, x in curve)
+            v = r.get("per_run", {}).get(seed)
+            by_visit = " -> ".join(f"{x:.1f}" for x in v["per_visit"]) if v else "-"
+            gain = f"{v['gain']:+.1f} ({v['gain_se']:.1f})" if v else "-"
+            lines.append(f"| {lab} | {seed} | {pts} | {by_visit} | {gain} |")
+    return lines
 
 
 def plot(summary: dict[str, Any], out: Path) -> None:

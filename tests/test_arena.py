@@ -372,3 +372,20 @@ def test_the_arena_races_in_fp32_where_bf16_is_emulated(monkeypatch, capsys):
     assert fp32_where_bf16_emulated(SimpleNamespace(bf16=True, use_cpu=False), []) == []  # on a GPU
     monkeypatch.setattr(precision, "cpu_bf16_native", lambda: True)
     assert fp32_where_bf16_emulated(cfg, []) == []
+
+
+def test_arena_md_gives_every_runs_curve_and_visits():
+    from agentrl.arena_stats import markdown, summarize
+
+    def run(label, seed, success, visits):
+        return {"label": label, "seed": seed, "curve": [{"step": 2, "success": success, "wins": [True, False]}],
+                "train_log": {}, "visits": visits}
+
+    warm = {"success": 50.0, "wins": [True, False]}
+    results = [run("grpo", 0, 50.0, {"t0": [0.0, 0.5], "t1": [0.5, 1.0]}),
+               run("grpo", 1, 100.0, {"t0": [0.0, 1.0], "t1": [1.0, 0.5]}), run("gigpo", 0, 0.0, {})]
+    md = markdown(summarize(results, warm, ["grpo", "gigpo"], [0, 1], "grpo", 60.0, 2))
+    assert "| grpo | 0 | 0: 50.0 / 2: 50.0 | 25.0 -> 75.0 | +50.0 (0.0) |" in md
+    # seed 1: per-task differences +100 and -50 points: mean +25, s.e. 106.1 / sqrt(2) = 75.0
+    assert "| grpo | 1 | 0: 50.0 / 2: 100.0 | 50.0 -> 75.0 | +25.0 (75.0) |" in md
+    assert "| gigpo | 0 | 0: 50.0 / 2: 0.0 | - | - |" in md
