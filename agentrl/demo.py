@@ -51,10 +51,18 @@ from agentrl.demo_goals import (
     FAMILIES,
     MEDIOCRE,
     choose_goals,
-    goal_level_se,
     plot_curve,
     practised_seeds,
     train_pool,
+)
+from agentrl.demo_summary import (
+    add_goal_level_se,
+    memory_line,
+    memory_summary,
+    report_line,
+    sampled_summary,
+    seed_line,
+    set_summaries,
 )
 from agentrl.evaluation.heldout import paired_difference
 from agentrl.precision import cpu_bf16_native
@@ -353,17 +361,16 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
         practised: Path | None = None, rl_overrides: tuple[str, ...] = (),
         staleness: int | None = None, practised_samples: int | None = None,
         selection_samples: int | None = None) -> dict[str, Any]:
+    """The pipeline, phase by phase (the module docstring); returns what it writes to
+    ``OUT/demo_summary.json``."""
     s = DemoSettings(Path(out), design_name, seed, quick, rl_steps, warm, practised_goals, practised, rl_overrides,
                      staleness, practised_samples, selection_samples)
     design = resolve_design(design_name)
     threads = demo_threads(design_name)
-    from agentrl import train as train_mod
-
     t_start = time.time()
     s.out.mkdir(parents=True, exist_ok=True)
     scale = with_selection_samples(QUICK if quick else design, s.selection_samples)
     steps = s.rl_steps or scale["rl_steps"]
-    k = s.practised_goals or scale["practised_goals"]
     timings: dict[str, float] = {}
     meter = memory_meter()
 
@@ -375,18 +382,10 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
 
         write_split(design["env_kwargs"]["data_dir"], design["families"], s.out / "split.json")
     rl_dir = s.out / "rl"
-    recipe_argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], [])  # the rollout settings
-    if s.practised is not None:  # chosen before for this warm start (--warm-only)
-        chosen = json.loads(s.practised.read_text())
-        goals, selection = chosen["goals"], chosen.get("selection", {})
-        log(f"practised goals {goals} (from {s.practised})")
-    else:
-        with precision(design), phase(meter, "select"):
-            goals, selection = select_goals(sft_dir, recipe_argv, design, scale, k, seed, timings)
+    goals, selection = goals_to_practise(s, design, scale, sft_dir, rl_dir, steps, timings, meter)
     argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], goals)
     sets = eval_sets(argv, design, scale, goals)
-    samples = s.practised_samples if s.practised_samples is not None else (
-        design.get("practised_samples", 0) and (2 if quick else design["practised_samples"]))
+    samples = sample_count(s, design)
     with precision(design):
         before = evaluate_sets(sft_dir, sets, timings, meter)
         sampled = {"before": sampled_practised(sft_dir, sets["practised"], samples, seed, timings, meter)} if samples else {}
@@ -395,16 +394,77 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
             f"invalid actions {100 * r['invalid_rate']:.0f}%)")
 
     # 3. RL from the warm start through the recipe, on the practised goals
+    with phase(meter, "rl"), learner_threads(1 if s.staleness is not None else threads):
+        train_rl(argv, steps, timings)
+
+    # 4. both curves over the RL checkpoints (the last one is the final model)
+    curves, after, last = evaluate_checkpoints(rl_dir, sft_dir, sets, before, design, timings, meter)
+    if samples:
+        with precision(design):
+            sampled["after"] = sampled_practised(last, sets["practised"], samples, seed, timings, meter)
+    train_curve = _train_curve(rl_dir, steps)
+    plot_curve(curves["practised"], curves["heldout"], train_curve, s.out / "learning_curve.png", len(goals),
+               before["heldout"]["episodes"], seed, design.get("title", "TextCraft depth-2"))
+    timings["total_s"] = time.time() - t_start
+
+    summary: dict[str, Any] = {"design": design_name, "seed": seed, "quick": quick, "async_staleness": staleness,
+                               "practised_goals": goals, "selection": selection,
+                               **set_summaries(sets, before, after, curves)}
+    if sampled:
+        sp = summary["practised_sampled"] = sampled_summary(sampled, samples, sets["practised"].temperature, len(goals))
+        log(f"practised games sampled ({samples} episodes each, the game as unit): {sp['success_before']:.1f}% -> "
+            f"{sp['success_after']:.1f}% ({sp['gain']:+.1f} +- {sp['gain_paired_se']:.1f})")
+    summary["memory"] = memory_summary(meter, rl_dir)
+    summary.update({"train_curve": train_curve, "warm_start": str(sft_dir), "timings": timings,
+                    "rl_s_per_step": timings["rl_s"] / steps, "checkpoint": str(rl_dir), "rl_command": argv})
+    add_goal_level_se(summary, sets["practised"].seeds, design["pool"])
+    (s.out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
+    if line := memory_line(summary["memory"]):
+        log(line)
+    log(seed_line(summary, s.out / "learning_curve.png"))
+    return summary
+
+
+def goals_to_practise(s: DemoSettings, design: dict, scale: dict, sft_dir: Path, rl_dir: Path, steps: int,
+                      timings: dict[str, float], meter) -> tuple[list[int], dict[str, Any]]:
+    """The goals a ``--warm-only`` run chose for this warm start (``--practised``), or chosen now
+    by ``select_goals`` on the warm start's scores under the recipe's rollout settings."""
+    if s.practised is not None:
+        chosen = json.loads(s.practised.read_text())
+        log(f"practised goals {chosen['goals']} (from {s.practised})")
+        return chosen["goals"], chosen.get("selection", {})
+    recipe_argv = rl_argv(s, design, sft_dir, rl_dir, steps, scale["save_steps"], [])  # the rollout settings
+    with precision(design), phase(meter, "select"):
+        return select_goals(sft_dir, recipe_argv, design, scale, s.practised_goals or scale["practised_goals"],
+                            s.seed, timings)
+
+
+def sample_count(s: DemoSettings, design: dict) -> int:
+    """Sampled episodes per practised game before and after RL: ``--practised-samples``, else the
+    design's (2 at ``--quick``), 0 for a design without the sampled measure."""
+    if s.practised_samples is not None:
+        return s.practised_samples
+    return design.get("practised_samples", 0) and (2 if s.quick else design["practised_samples"])
+
+
+def train_rl(argv: list[str], steps: int, timings: dict[str, float]) -> None:
+    """``agentrl.train`` in this process on the RL command; a failure stops the demo."""
+    from agentrl import train as train_mod
+
     t = time.time()
     log("RL: python -m agentrl.train " + " ".join(argv))
-    with phase(meter, "rl"), learner_threads(1 if s.staleness is not None else threads):
-        rc = train_mod.main(argv)
+    rc = train_mod.main(argv)
     if rc:
         raise RuntimeError(f"agentrl.train exited with {rc}")
     timings["rl_s"] = time.time() - t
     log(f"RL: {steps} steps in {timings['rl_s']:.0f}s ({timings['rl_s'] / steps:.1f} s/step)")
 
-    # 4. both curves over the RL checkpoints (the last one is the final model)
+
+def evaluate_checkpoints(rl_dir: Path, sft_dir: Path, sets: dict[str, Any], before: dict[str, dict],
+                         design: dict, timings: dict[str, float], meter):
+    """Every evaluation set at every RL checkpoint, in step order: the curves (step, success, its
+    s.e., the gain's paired s.e.; step 0 the warm start), the last checkpoint's results and its
+    folder (the warm start's results and folder where RL saved none)."""
     curves: dict[str, list[tuple[int, float, float, float]]] = {
         name: [(0, r["success"], r["success_se"], 0.0)] for name, r in before.items()}
     after, last = before, sft_dir
@@ -418,76 +478,7 @@ def run(out: Path, design_name: str = "tiny", quick: bool = False, seed: int = 0
             curves[name].append((step, r["success"], r["success_se"], se))
             parts.append(f"{name} {r['success']:.1f}% ({gain:+.1f} +- {se:.1f})")
         log(f"  step {step}: " + "; ".join(parts))
-    if samples:
-        with precision(design):
-            sampled["after"] = sampled_practised(last, sets["practised"], samples, seed, timings, meter)
-    train_curve = _train_curve(rl_dir, steps)
-    plot_curve(curves["practised"], curves["heldout"], train_curve, s.out / "learning_curve.png", len(goals),
-               before["heldout"]["episodes"], seed, design.get("title", "TextCraft depth-2"))
-    timings["total_s"] = time.time() - t_start
-
-    summary: dict[str, Any] = {"design": design_name, "seed": seed, "quick": quick, "async_staleness": staleness,
-                               "practised_goals": goals,
-                               "selection": selection}
-    for name in sets:
-        gain, se = paired_difference(before[name]["wins"], after[name]["wins"])
-        summary[name] = {"before": before[name], "after": after[name], "gain": gain, "gain_paired_se": se,
-                         "curve": curves[name], "settings": sets[name].to_dict()}
-    if sampled:
-        gain, se = paired_difference(sampled["before"], sampled["after"])
-        sp = summary["practised_sampled"] = {
-            **sampled, "samples": samples, "temperature": sets["practised"].temperature, "gain": gain,
-            "gain_paired_se": se, **{f"success_{w}": 100 * sum(sampled[w]) / len(goals) for w in ("before", "after")}}
-        log(f"practised games sampled ({samples} episodes each, the game as unit): {sp['success_before']:.1f}% -> "
-            f"{sp['success_after']:.1f}% ({gain:+.1f} +- {se:.1f})")
-    summary["memory"] = memory_summary(meter, rl_dir)
-    summary.update({"train_curve": train_curve, "warm_start": str(sft_dir), "timings": timings,
-                    "rl_s_per_step": timings["rl_s"] / steps, "checkpoint": str(rl_dir), "rl_command": argv})
-    pr, ho = summary["practised"], summary["heldout"]
-    pr["gain_goal_se"] = goal_level_se(pr["before"]["wins"], pr["after"]["wins"], sets["practised"].seeds,
-                                       design["pool"])
-    (s.out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
-    mem = summary["memory"]
-    if mem:
-        log(f"peak memory (GiB, {mem['gauge']}): " + ", ".join(
-            f"{r['phase']} {r[mem['gauge'] + '_peak_gib']:.2f}" for r in mem["phases"]))
-    log(f"seed {seed}: practised goals {pr['gain']:+.1f} points (paired s.e. {pr['gain_paired_se']:.1f}; "
-        f"{pr['gain_goal_se']:.1f} with the goal as unit; {pr['before']['episodes']} fresh episodes of {len(goals)} "
-        f"goals); transfer to unseen goals {ho['gain']:+.1f} "
-        f"(paired s.e. {ho['gain_paired_se']:.1f}, {ho['before']['episodes']} episodes); "
-        + (f"unseen games of the practised types {summary['unseen']['gain']:+.1f} (paired s.e. "
-           f"{summary['unseen']['gain_paired_se']:.1f}); " if "unseen" in summary else "") + "timings (s) "
-        + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()) + f"; curve {s.out / 'learning_curve.png'}")
-    return summary
-
-
-def memory_summary(meter, rl_dir: Path) -> dict[str, Any]:
-    """Peak memory (GiB) per demo phase (``sft``, ``select``, ``eval``, ``rl``) and, inside RL, per
-    training phase (the highest ``mem/<phase>_gib`` any step logged in ``metrics.jsonl``)."""
-    if meter is None:
-        return {}
-    out: dict[str, Any] = {"gauge": meter.main, "phases": meter.table(["sft", "select", "eval", "rl"]),
-                           "overall_gib": round(meter.overall[meter.main] / 2**30, 3)}
-    metrics = rl_dir / "metrics.jsonl"
-    rl: dict[str, float] = {}
-    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
-        for k, v in json.loads(line).items():
-            if k.startswith("mem/") and v is not None:  # null: a value that was not finite
-                rl[k[4:-4]] = max(rl.get(k[4:-4], 0.0), round(float(v), 3))
-    out["rl_steps"] = rl
-    return out
-
-
-def report_line(summary: dict[str, Any]) -> str:
-    """The demo's last line: the practised goals first (RL's question), held-out transfer second."""
-    pr, ho = summary["practised"], summary["heldout"]
-    un, sp = summary.get("unseen"), summary.get("practised_sampled")
-    return (f"demo: practised goals before={pr['before']['success']:.1f} after={pr['after']['success']:.1f} "
-            f"(paired s.e. {pr['gain_paired_se']:.1f}); "
-            + (f"sampled before={sp['success_before']:.1f} after={sp['success_after']:.1f} "
-               f"(paired s.e. {sp['gain_paired_se']:.1f}); " if sp else "")
-            + (f"unseen games before={un['before']['success']:.1f} after={un['after']['success']:.1f}; " if un else "")
-            + f"held-out before={ho['before']['success']:.1f} after={ho['after']['success']:.1f}")
+    return curves, after, last
 
 
 def with_selection_samples(scale: dict[str, Any], n: int | None) -> dict[str, Any]:

@@ -59,7 +59,7 @@ LAYERS: list[tuple[str, tuple[str, ...], str]] = [
     ("trainer", ("agentrl.trainer",),
      "the TRL subclass (the learner) and its steps"),
     ("apps", ("agentrl.__main__", "agentrl.cli", "agentrl.train", "agentrl.launch", "agentrl.recipe_hook",
-              "agentrl.sft", "agentrl.warm_start", "agentrl.evaluation", "agentrl.demo", "agentrl.demo_eval", "agentrl.demo_report", "agentrl.demo_goals", "agentrl.demo_alfworld", "agentrl.arena", "agentrl.arena_stats",
+              "agentrl.sft", "agentrl.warm_start", "agentrl.evaluation", "agentrl.demo", "agentrl.demo_eval", "agentrl.demo_report", "agentrl.demo_summary", "agentrl.demo_goals", "agentrl.demo_alfworld", "agentrl.arena", "agentrl.arena_stats",
               "agentrl.report", "agentrl.show", "agentrl.truth", "agentrl.benchmarks", "agentrl.serve_openai", "agentrl.serve_engine",
               "agentrl.credit.__main__",
               "agentrl.credit.compare", "agentrl.credit.cluster_report"),

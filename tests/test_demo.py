@@ -56,7 +56,7 @@ def test_choose_goals_by_hand():
 
 
 def test_goal_level_se_by_hand():
-    from agentrl.demo import goal_level_se
+    from agentrl.demo_goals import goal_level_se
 
     # goals 3 and 7 (pool 10), two draws each: goal 3 gains on both draws (mean 1), goal 7 on one
     # of two (mean 0.5): means 1, 0.5 -> sd 0.3536, s.e. 0.25 -> 25 points
