@@ -228,7 +228,7 @@ def _per_run_lines(summary: dict[str, Any]) -> list[str]:
     for lab, r in summary["estimators"].items():
         for seed, curve in r["curves"].items():
             pts = " / ".join(f"{s}: {x:.1f}" for s, x in curve)
-            v = r.get("per_run", {}).get(seed)
+            v = r["per_run"].get(seed)
             by_visit = " -> ".join(f"{x:.1f}" for x in v["per_visit"]) if v else "-"
             gain = f"{v['gain']:+.1f} ({v['gain_se']:.1f})" if v else "-"
             lines.append(f"| {lab} | {seed} | {pts} | {by_visit} | {gain} |")
